@@ -1,0 +1,70 @@
+// Package controller defines Controller, the issuer's side of a lease: it
+// hands the holder a [signal.Signal] and alone can lose or end it.
+//
+// An issuer (a mutex, an election, an adapter over a coordinator such as
+// etcd) makes a Controller with [New] when it grants a lease, gives the
+// holder [Controller.Signal], calls [Controller.Lose] when it learns the
+// holder lost the right, and [Controller.End] when the holder releases it.
+package controller
+
+import (
+	"github.com/zukhruf/lease/internal/core"
+	"github.com/zukhruf/lease/signal"
+)
+
+// Controller is the issuer's handle on one lease. It is live when made; Lose
+// and End each move it, once, to its final state: lost or ended.
+//
+// Controller and [signal.Signal] are the same value seen from two sides:
+// [Controller.Signal] converts the pointer without allocating, and only this
+// package can convert back, so the holder cannot lose its own lease.
+//
+// The zero Controller is a live lease on an empty subject, ready to use. A
+// nil *Controller is not valid; its methods panic. A Controller must not be
+// copied after first use.
+//
+// In the terminology of [the Go memory model], a call to Lose that wins
+// “synchronizes before” every Err that returns its error, every receive from
+// Done that returns because of it, and every AfterLoss callback it starts.
+//
+// [the Go memory model]: https://go.dev/ref/mem
+type Controller core.Lease
+
+// New returns a live lease on subject, such as a lock's key or an election's
+// name. The subject is only reported, in [lost.Error] and String; the empty
+// subject is allowed and gives the same lease as the zero Controller.
+//
+// New, Signal and End together make one allocation.
+func New(subject string) *Controller { return (*Controller)(core.New(subject)) }
+
+func (c *Controller) lease() *core.Lease { return (*core.Lease)(c) }
+
+// Signal returns the holder's view of the lease. Successive calls return the
+// same *signal.Signal.
+func (c *Controller) Signal() *signal.Signal { return (*signal.Signal)(c) }
+
+// Subject returns the subject given to New.
+func (c *Controller) Subject() string { return c.lease().Subject() }
+
+// Lose loses a live lease: the signal's Err returns a [*lost.Error] with the
+// subject and cause, Done is closed, contexts made by the signal's Context
+// are cancelled, and AfterLoss callbacks are started. cause may be nil; then
+// the error's Unwrap returns nil.
+//
+// Lose reports whether this call lost the lease. A lease is lost once: a
+// later Lose returns false and keeps the first reason, the same error value.
+// After End, Lose returns false and changes nothing, so a loss the issuer
+// sees after the holder released the lease never reaches the holder.
+//
+// Lose never waits for AfterLoss callbacks.
+func (c *Controller) Lose(cause error) bool { return c.lease().Lose(cause) }
+
+// End records that the holder released the lease. It never loses the signal:
+// Err stays nil, Done never closes, and AfterLoss callbacks are dropped
+// without running. End reports whether this call ended a live lease; after a
+// loss it returns false and keeps the loss, and a second End returns false.
+func (c *Controller) End() bool { return c.lease().End() }
+
+// String returns the subject and the state of the lease, for logs:
+// controller.Controller("orders", lost: the coordinator refused the claim).
+func (c *Controller) String() string { return c.lease().String("controller.Controller") }

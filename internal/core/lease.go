@@ -1,0 +1,232 @@
+// Package core holds the state machine behind a lease. Package signal gives the
+// holder a read-only view of it and package controller the power to lose or end
+// it; see the note on [Lease] for how they share it.
+package core
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"github.com/zukhruf/lease/lost"
+)
+
+// Lease is the state machine of one lease: live, then lost with a reason or
+// ended, once.
+//
+// signal.Signal and controller.Controller are both defined as Lease
+// (type Signal core.Lease), so a pointer to one converts to a pointer to the
+// other without cost. Only packages that can import this internal package can
+// name Lease, so only package controller can turn a *signal.Signal back into
+// something that loses or ends it; a holder cannot, and no hook or interface
+// is needed, nor a second allocation.
+//
+// The zero Lease is live with an empty subject.
+type Lease struct {
+	_       noCopy
+	state   stateWord
+	mu      sync.Mutex // guards the fields below; writes of state and done happen under it
+	subject string
+	done    unsafe.Pointer // the Done channel once made; see Done
+	err     *lost.Error    // set once, before state becomes lost
+	waiters *waiter        // registrations to fire at the loss, newest first
+}
+
+// noCopy makes go vet's copylocks check report a copied Lease.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
+// A waiter is one registration: an AfterLoss callback or a derived context.
+type waiter struct {
+	lease      *Lease // set before the waiter is shared, never changed: stop reads it unlocked
+	prev, next *waiter
+	f          func()                  // AfterLoss: started in its own goroutine
+	cancel     context.CancelCauseFunc // Context: called with the loss
+	linked     bool
+}
+
+// unlink clears w's links and what it would call, so that a stop func the
+// holder keeps does not keep the callback alive. It runs with the mutex held.
+func (w *waiter) unlink() {
+	w.prev, w.next, w.f, w.cancel, w.linked = nil, nil, nil, nil, false
+}
+
+// closedchan is returned by Done when the lease was lost before anyone asked
+// for the channel, so that such a loss makes no channel.
+var closedchan = make(chan struct{})
+
+func init() { close(closedchan) }
+
+// New returns a live lease on subject.
+func New(subject string) *Lease { return &Lease{subject: subject} }
+
+// Subject returns what the lease gives the right to.
+func (l *Lease) Subject() string { return l.subject }
+
+// Err returns nil while the lease is live or ended, and the loss once it is lost.
+func (l *Lease) Err() error {
+	if l.state.load() == stateLost {
+		return l.err
+	}
+	return nil
+}
+
+func (l *Lease) makeDone() chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.loadDone(); c != nil {
+		return c
+	}
+	if l.state.load() == stateLost {
+		return closedchan
+	}
+	c := make(chan struct{})
+	l.storeDone(c)
+	return c
+}
+
+// Lose loses a live lease with cause and reports whether this call lost it.
+func (l *Lease) Lose(cause error) bool {
+	l.mu.Lock()
+	if l.state.load() != stateLive {
+		l.mu.Unlock()
+		return false
+	}
+	l.err = lost.New(l.subject, cause)
+	// Close Done before the state changes, so that whoever sees the loss in
+	// Err finds Done closed too.
+	if c := l.loadDone(); c != nil {
+		close(c)
+	}
+	l.state.store(stateLost)
+	w := l.waiters
+	l.waiters = nil
+	l.mu.Unlock()
+
+	// The waiters are detached and the state is lost, so a concurrent stop
+	// leaves them alone: the links are ours to read without the mutex.
+	for w != nil {
+		next, f, cancel := w.next, w.f, w.cancel
+		w.prev, w.next, w.f, w.cancel = nil, nil, nil, nil
+		if cancel != nil {
+			cancel(l.err)
+		} else {
+			go f()
+		}
+		w = next
+	}
+	return true
+}
+
+// End ends a live lease and reports whether this call ended it.
+func (l *Lease) End() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state.load() != stateLive {
+		return false
+	}
+	l.state.store(stateEnded)
+	// Drop every registration and what it holds, even where the holder keeps
+	// its stop func: nothing can fire any more.
+	for w := l.waiters; w != nil; {
+		next := w.next
+		w.unlink()
+		w = next
+	}
+	l.waiters = nil
+	return true
+}
+
+// AfterLoss arranges for f to run in its own goroutine after the loss.
+func (l *Lease) AfterLoss(f func()) (stop func() bool) {
+	w := &waiter{lease: l, f: f}
+	if !l.add(w) {
+		if l.state.load() == stateLost {
+			go f()
+		}
+		return stopped
+	}
+	return w.stop
+}
+
+// WithCancel returns a copy of parent that is cancelled with the loss as its
+// cause.
+func (l *Lease) WithCancel(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	w := &waiter{lease: l, cancel: cancel}
+	if !l.add(w) {
+		if err := l.Err(); err != nil {
+			cancel(err)
+		}
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	stopParent := stopped
+	if parent.Done() != nil {
+		// When the parent ends the context, the registration goes too, so a
+		// long-lived lease does not keep dead contexts. The goroutine that
+		// context.AfterFunc starts runs only then, never while both live.
+		stopParent = context.AfterFunc(parent, func() { w.stop() })
+	}
+	return ctx, func() {
+		w.stop()
+		stopParent()
+		cancel(context.Canceled)
+	}
+}
+
+// add links w in and reports true while the lease is live, or reports false.
+func (l *Lease) add(w *waiter) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state.load() != stateLive {
+		return false
+	}
+	w.linked = true
+	w.next = l.waiters
+	if w.next != nil {
+		w.next.prev = w
+	}
+	l.waiters = w
+	return true
+}
+
+// stop unlinks w and reports whether this call kept it from firing.
+func (w *waiter) stop() bool {
+	l := w.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !w.linked || l.state.load() != stateLive {
+		return false
+	}
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.waiters = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.unlink()
+	return true
+}
+
+func stopped() bool { return false }
+
+// String returns kind, the subject and the state, for logs:
+// signal.Signal("orders", lost: the coordinator refused the claim).
+func (l *Lease) String(kind string) string {
+	s := kind + "(" + strconv.Quote(l.subject)
+	switch l.state.load() {
+	case stateLost:
+		if cause := l.err.Unwrap(); cause != nil {
+			return s + ", lost: " + cause.Error() + ")"
+		}
+		return s + ", lost)"
+	case stateEnded:
+		return s + ", ended)"
+	}
+	return s + ", live)"
+}

@@ -1,0 +1,53 @@
+package core
+
+import (
+	syncatomic "sync/atomic"
+	"unsafe"
+
+	"go.uber.org/atomic"
+)
+
+// This file is the only one that names an atomic package, so that the choice of
+// package stays a detail of the state word and the done slot.
+
+// A state is where a lease stands: live, then lost or ended, never back.
+type state = uint32
+
+const (
+	stateLive  state = iota // held: no loss yet, no release yet
+	stateLost               // lost: the reason is stored and Done is closed
+	stateEnded              // released by its holder: nothing can lose it any more
+)
+
+// stateWord holds the state. Err reads it with one atomic load; it is written
+// only with the Lease's mutex held, after everything the new state publishes.
+type stateWord struct{ v atomic.Uint32 }
+
+func (w *stateWord) load() state   { return w.v.Load() }
+func (w *stateWord) store(s state) { w.v.Store(s) }
+
+// The Done channel, once made, lives in Lease.done as an unsafe.Pointer: a
+// channel is a pointer to the runtime's channel header, and keeping it as one
+// word loaded with sync/atomic directly is what lets Done be inlined into a
+// holder's select. Anything heavier (an atomic.Value and its type assertion,
+// or one more wrapper type or method) pushes Done over the compiler's
+// inlining budget; for the same reason Done's fast path is written here, next
+// to the load, rather than through a helper. done is written only with the
+// Lease's mutex held.
+
+// Done returns a channel that is closed at the loss.
+func (l *Lease) Done() <-chan struct{} {
+	if p := syncatomic.LoadPointer(&l.done); p != nil {
+		return *(*chan struct{})(unsafe.Pointer(&p))
+	}
+	return l.makeDone()
+}
+
+func (l *Lease) loadDone() chan struct{} {
+	p := syncatomic.LoadPointer(&l.done)
+	return *(*chan struct{})(unsafe.Pointer(&p))
+}
+
+func (l *Lease) storeDone(c chan struct{}) {
+	syncatomic.StorePointer(&l.done, *(*unsafe.Pointer)(unsafe.Pointer(&c)))
+}

@@ -1,0 +1,58 @@
+// Package lost defines Error, the one error that reports the loss of a lease.
+//
+// A holder matches it with [errors.As], through any number of wraps, to learn
+// that it lost the right to act and on what subject; [errors.Is] with the
+// issuer's cause matches too, because Error unwraps to it.
+package lost
+
+import "log/slog"
+
+// Error reports that a lease was lost: the holder no longer has the right to
+// act for Subject. It carries the issuer's cause, if the issuer gave one.
+//
+// An Error is immutable once made, so one value is safely shared by every
+// goroutine that observes the loss. Match it with [errors.As], never with ==
+// or by its message.
+type Error struct {
+	subject string
+	cause   error
+}
+
+// New returns an Error for the loss of the lease on subject, with cause as
+// the issuer's reason; cause may be nil.
+//
+// Issuers normally get their Error from controller.Controller.Lose, which
+// calls New once per lease; New is exported for adapters and for tests that
+// need the holder's view of a loss without an issuer.
+func New(subject string, cause error) *Error {
+	return &Error{subject: subject, cause: cause}
+}
+
+// Subject returns what the lost lease gave the right to, such as a lock's
+// key or an election's name.
+func (e *Error) Subject() string { return e.subject }
+
+// Unwrap returns the issuer's cause, or nil when the issuer gave none.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Error returns "lease lost: " followed by the subject and the cause, each
+// left out when empty: "lease lost: orders: the coordinator refused the claim".
+func (e *Error) Error() string {
+	msg := "lease lost"
+	if e.subject != "" {
+		msg += ": " + e.subject
+	}
+	if e.cause != nil {
+		msg += ": " + e.cause.Error()
+	}
+	return msg
+}
+
+// LogValue makes an Error log as a group with the attributes subject and,
+// when there is one, cause.
+func (e *Error) LogValue() slog.Value {
+	if e.cause == nil {
+		return slog.GroupValue(slog.String("subject", e.subject))
+	}
+	return slog.GroupValue(slog.String("subject", e.subject), slog.String("cause", e.cause.Error()))
+}

@@ -1,0 +1,111 @@
+// Package signal defines Signal, the holder's side of a lease: the one way to
+// learn that the right to act for a subject was lost.
+//
+// A holder checks [Signal.Err] before each write, waits on [Signal.Done] in a
+// select, hands [Signal.Context] to every call that takes a context, and
+// registers clean-up with [Signal.AfterLoss]. Nothing reachable from a Signal
+// can lose or end it: that power stays with the issuer's
+// controller.Controller, as an AbortSignal's stays with its AbortController.
+//
+// A signal is lost at most once, with a [lost.Error] that names the subject
+// and carries the issuer's cause. A release by the holder (the controller's
+// End) never loses it, and a loss the issuer reports after the release does
+// not reach the holder. A signal has no timer: it lasts as long as the
+// issuer's session, and says nothing about time.
+//
+// A signal warns; it does not protect a resource. Code that must reject the
+// writes of a holder that lost its lease needs a fencing token as well.
+package signal
+
+import (
+	"context"
+
+	"github.com/zukhruf/lease/internal/core"
+)
+
+// Signal is the holder's view of a lease. It reports the loss of the lease
+// and nothing else; only the controller.Controller that issued it can lose
+// or end it.
+//
+// Signal is defined as the internal state machine it views, so that a
+// controller can convert its pointer to a *Signal and back without cost and
+// without giving the holder any method that changes the state.
+//
+// The zero Signal is a live lease on an empty subject that is never lost,
+// since no controller holds it: its Err is always nil and its Done never
+// closes. A nil *Signal is not valid; its methods panic.
+//
+// A Signal must not be copied after first use; use the *Signal that
+// controller.Controller.Signal returns.
+//
+// In the terminology of [the Go memory model], a call to Lose that wins
+// “synchronizes before” every Err that returns its error, every receive from
+// Done that returns because of it, and every AfterLoss callback it starts.
+//
+// [the Go memory model]: https://go.dev/ref/mem
+type Signal core.Lease
+
+func (s *Signal) lease() *core.Lease { return (*core.Lease)(s) }
+
+// Err returns nil while the lease is held and after the holder released it,
+// and the [*lost.Error] of the loss once the lease is lost. Successive calls
+// after a loss return the same error value.
+//
+// Err is one atomic load; it is made to be called before every write. Once
+// Err returns an error, the channel of Done is closed.
+func (s *Signal) Err() error { return (*core.Lease)(s).Err() }
+
+// Done returns a channel that is closed when the lease is lost. A release
+// never closes it. Successive calls to Done return the same value.
+//
+// The channel is made on the first call, so a signal that is never waited on
+// costs no channel. After a loss with no earlier call, Done returns a shared
+// closed channel.
+func (s *Signal) Done() <-chan struct{} { return (*core.Lease)(s).Done() }
+
+// AfterLoss arranges to call f in its own goroutine after the lease is lost,
+// exactly as [context.AfterFunc] does for a context. If the lease is already
+// lost, AfterLoss calls f at once in its own goroutine. If the lease was
+// released (or is released later, before a loss), f is never called and the
+// registration, with f, is dropped.
+//
+// Lose never waits for f. A panic in f is not recovered: like a panic in a
+// context.AfterFunc callback, it ends the program.
+//
+// Calling the returned stop func stops the association of s with f. It
+// returns true if the call stopped f from being run, and false if f has
+// already been started or the lease was released. stop does not wait for f
+// to complete. Calling stop again returns false.
+//
+// AfterLoss panics if f is nil.
+func (s *Signal) AfterLoss(f func()) (stop func() bool) {
+	if f == nil {
+		panic("signal: AfterLoss called with a nil func")
+	}
+	return s.lease().AfterLoss(f)
+}
+
+// Context returns a copy of parent that is done when parent is done or when
+// the lease is lost, whichever happens first. On a loss, the context's Err
+// is [context.Canceled] and [context.Cause] returns the [*lost.Error]. A
+// release, or a loss the issuer reports after the release, never cancels it.
+//
+// Context is how a holder gives its lease to every call that takes a
+// context: a request made with it is cut when the lease is lost.
+//
+// The context starts no goroutine while it and the lease live. Canceling it
+// removes its registration from the signal, and so does the end of parent;
+// as with [context.WithCancel], call cancel as soon as the work done under
+// the context is complete.
+//
+// Context panics if parent is nil.
+func (s *Signal) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
+	if parent == nil {
+		panic("signal: Context called with a nil parent")
+	}
+	return s.lease().WithCancel(parent)
+}
+
+// String returns the subject and the state of the signal, for logs:
+// signal.Signal("orders", live).
+func (s *Signal) String() string { return s.lease().String("signal.Signal") }
