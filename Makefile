@@ -1,0 +1,29 @@
+# The two commands a newcomer needs are `make demo` and `make test`; both need
+# only Go and the module proxy. Each mk/*.mk file adds the targets of one area
+# (benchmarks, reliability, the etcd example) and may add steps to `make test`
+# through TEST_STEPS.
+
+GO       ?= go
+FUZZTIME ?= 60s
+
+TEST_STEPS :=
+
+.PHONY: all test demo vet unit
+
+all: test
+
+include $(sort $(wildcard mk/*.mk))
+
+## test: vet and every test of the library under the race detector.
+test: vet unit $(TEST_STEPS)
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+## demo: the copyRows scenario: a holder copies batches to a warehouse over
+## HTTP until its issuer loses the lease, then a run where it releases it.
+demo:
+	$(GO) run ./docs/examples/copyrows
