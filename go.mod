@@ -1,5 +1,5 @@
 module github.com/zukhruf/lease
 
-go 1.24
+go 1.25
 
 require go.uber.org/atomic v1.12.0
