@@ -1,0 +1,112 @@
+package signal_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/signal"
+)
+
+// The costs a holder pays on its hot path are pinned here, the way context's
+// TestAllocs pins its own: a change that makes a check allocate fails.
+
+var errAllocs = errors.New("the coordinator refused the claim")
+
+// leaseIn returns a signal in the given state: "live", "lost" or "ended".
+// With warm, Done was called before the loss or the release.
+func leaseIn(t *testing.T, state string, warm bool) *signal.Signal {
+	t.Helper()
+	c := controller.New("orders")
+	if warm {
+		c.Signal().Done()
+	}
+	switch state {
+	case "live":
+	case "lost":
+		c.Lose(errAllocs)
+	case "ended":
+		c.End()
+	default:
+		t.Fatalf("unknown state %q", state)
+	}
+	return c.Signal()
+}
+
+func TestAllocsErrAndDone(t *testing.T) {
+	tests := []struct {
+		name  string
+		state string
+		warm  bool // Done was called before
+		call  func(*signal.Signal)
+		want  float64
+	}{
+		{"Err/live", "live", false, func(s *signal.Signal) { _ = s.Err() }, 0},
+		{"Err/lost", "lost", false, func(s *signal.Signal) { _ = s.Err() }, 0},
+		{"Err/ended", "ended", false, func(s *signal.Signal) { _ = s.Err() }, 0},
+		{"Err/live/warm", "live", true, func(s *signal.Signal) { _ = s.Err() }, 0},
+		{"Err/lost/warm", "lost", true, func(s *signal.Signal) { _ = s.Err() }, 0},
+		{"Done/live/warm", "live", true, func(s *signal.Signal) { _ = s.Done() }, 0},
+		{"Done/lost/warm", "lost", true, func(s *signal.Signal) { _ = s.Done() }, 0},
+		{"Done/ended/warm", "ended", true, func(s *signal.Signal) { _ = s.Done() }, 0},
+		// A loss before any call to Done makes no channel: Done returns a
+		// shared closed one.
+		{"Done/lost/cold", "lost", false, func(s *signal.Signal) { _ = s.Done() }, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := leaseIn(t, tt.state, tt.warm)
+			if got := testing.AllocsPerRun(1000, func() { tt.call(s) }); got != tt.want {
+				t.Errorf("allocations = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// The first Done on a live lease makes its channel, once: that is the one
+// allocation a lease that is waited on adds.
+func TestAllocsFirstDone(t *testing.T) {
+	const runs = 100
+	sigs := make([]*signal.Signal, runs+1) // AllocsPerRun calls once more to warm up
+	for i := range sigs {
+		sigs[i] = controller.New("orders").Signal()
+	}
+	i := 0
+	got := testing.AllocsPerRun(runs, func() {
+		_ = sigs[i].Done()
+		i++
+	})
+	if got != 1 {
+		t.Errorf("first Done on a live lease: %v allocations, want 1", got)
+	}
+}
+
+// Registering a callback and stopping it costs the registration and the stop
+// func; the goal is at most 2.
+func TestAllocsAfterLoss(t *testing.T) {
+	s := controller.New("orders").Signal()
+	f := func() { panic("called") }
+	got := testing.AllocsPerRun(1000, func() {
+		stop := s.AfterLoss(f)
+		stop()
+	})
+	if got > 2 {
+		t.Errorf("AfterLoss and stop: %v allocations, want at most 2", got)
+	}
+}
+
+// A context made from a live lease costs what context.WithCancelCause costs
+// (the context and its cancel func), the registration and the cancel func
+// that removes it: 4. It starts no goroutine and, with a parent that is never
+// done, registers nothing on the parent.
+func TestAllocsContext(t *testing.T) {
+	s := controller.New("orders").Signal()
+	got := testing.AllocsPerRun(1000, func() {
+		_, cancel := s.Context(context.Background())
+		cancel()
+	})
+	if got > 4 {
+		t.Errorf("Context and cancel: %v allocations, want at most 4", got)
+	}
+}
