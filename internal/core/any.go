@@ -1,0 +1,132 @@
+package core
+
+import (
+	"strings"
+
+	"github.com/zukhruf/lease/lost"
+)
+
+// A merged lease is lost with the error of the first of its sources to be
+// lost. It is an ordinary Lease, so everything a holder does with a signal
+// works on it, with one registration on each source: a waiter whose cancel
+// loses the merged lease with the source's own *lost.Error.
+//
+// The registrations are what a long-lived source would otherwise keep for
+// ever (the leak of the Web's AbortSignal.any), so they go as soon as they
+// cannot matter: at release, at the merged lease's loss, and, one by one, as
+// each source ends.
+type merged struct {
+	Lease          // first, so that &m.Lease keeps m alive
+	srcs  []waiter // one per source, all in one allocation
+}
+
+// Any returns a lease that is lost with the very error of the first of its n
+// sources to be lost, and a release func that ends it and takes its
+// registrations off the sources. src(i) returns the i-th source; it is called
+// once for each i, before Any returns.
+//
+// Sources already lost are looked at in order, so the first of them in the
+// order given wins. Any of no source gives a lease that is never lost.
+func Any(n int, src func(i int) *Lease) (l *Lease, release func()) {
+	m := &merged{srcs: make([]waiter, n)}
+	lose := func(err error) { m.lose(err.(*lost.Error)) }
+	// Every waiter is complete before the first is shared: a source lost
+	// during the loop reads all of them to take them off.
+	for i := range m.srcs {
+		s := src(i)
+		m.srcs[i] = waiter{lease: s, cancel: lose}
+	}
+	m.subject = m.subjects()
+	for i := range m.srcs {
+		w := &m.srcs[i]
+		if w.lease.add(w) {
+			continue
+		}
+		if err := w.lease.Err(); err != nil {
+			m.lose(err.(*lost.Error))
+			break
+		}
+		// An ended source can never lose m: nothing to register.
+	}
+	// A source lost while the loop ran may have taken the waiters off before
+	// later ones were added; add and that loss share the source's mutex, so
+	// the state read here sees the loss and the late ones go too.
+	if m.state.load() != stateLive {
+		m.unregister()
+	}
+	return &m.Lease, m.release
+}
+
+// subjects returns the subjects of m's sources, joined by ", ", for String.
+func (m *merged) subjects() string {
+	if len(m.srcs) == 1 {
+		return m.srcs[0].lease.subject
+	}
+	size := 0
+	for i := range m.srcs {
+		size += len(", ") + len(m.srcs[i].lease.subject)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for i := range m.srcs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(m.srcs[i].lease.subject)
+	}
+	return b.String()
+}
+
+// lose loses m with err, the error of one of its sources, and takes m's
+// registrations off the other sources, which can no longer change it.
+func (m *merged) lose(err *lost.Error) {
+	if m.loseWith(err) {
+		m.unregister()
+	}
+}
+
+// release ends m, so that nothing loses it any more and its own
+// registrations are dropped, then takes it off its sources.
+func (m *merged) release() {
+	m.End()
+	m.unregister()
+}
+
+// unregister takes m's waiters off the sources that are still live. A
+// source that is lost or ended has already dropped them.
+func (m *merged) unregister() {
+	for i := range m.srcs {
+		m.srcs[i].stop()
+	}
+}
+
+// loseWith is Lose with the error given rather than made from the subject, so
+// that a merged lease reports the very value its source reports. It follows
+// Lose step by step; see the comments there.
+func (l *Lease) loseWith(err *lost.Error) bool {
+	l.mu.Lock()
+	if l.state.load() != stateLive {
+		l.mu.Unlock()
+		return false
+	}
+	l.err = err
+	if c := l.loadDone(); c != nil {
+		close(c)
+	}
+	l.state.store(stateLost)
+	w := l.waiters
+	l.waiters = nil
+	l.mu.Unlock()
+
+	for w != nil {
+		next, f, cancel := w.next, w.f, w.cancel
+		w.prev, w.next, w.f, w.cancel = nil, nil, nil, nil
+		if cancel != nil {
+			cancel(l.err)
+		} else {
+			go f()
+		}
+		w = next
+	}
+	return true
+}
