@@ -121,4 +121,3 @@ func ExampleSignal_String() {
 	// signal.Signal("orders", live)
 	// signal.Signal("orders", ended) <nil>
 }
-

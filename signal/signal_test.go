@@ -263,6 +263,21 @@ func TestErrImpliesDoneClosed(t *testing.T) {
 	}
 }
 
+// Rule 7, the other way: a receiver woken by the close of Done finds the loss
+// in Err.
+func TestDoneImpliesErr(t *testing.T) {
+	for range 20000 {
+		c := controller.New("orders")
+		sig := c.Signal()
+		done := sig.Done()
+		go c.Lose(errRefused)
+		<-done
+		if sig.Err() == nil {
+			t.Fatal("Err() = nil after Done() was closed, want the loss")
+		}
+	}
+}
+
 func TestDoneIsOneChannel(t *testing.T) {
 	c := controller.New("orders")
 	sig := c.Signal()

@@ -101,32 +101,5 @@ func (m *merged) unregister() {
 }
 
 // loseWith is Lose with the error given rather than made from the subject, so
-// that a merged lease reports the very value its source reports. It follows
-// Lose step by step; see the comments there.
-func (l *Lease) loseWith(err *lost.Error) bool {
-	l.mu.Lock()
-	if l.state.load() != stateLive {
-		l.mu.Unlock()
-		return false
-	}
-	l.err = err
-	if c := l.loadDone(); c != nil {
-		close(c)
-	}
-	l.state.store(stateLost)
-	w := l.waiters
-	l.waiters = nil
-	l.mu.Unlock()
-
-	for w != nil {
-		next, f, cancel := w.next, w.f, w.cancel
-		w.prev, w.next, w.f, w.cancel = nil, nil, nil, nil
-		if cancel != nil {
-			cancel(l.err)
-		} else {
-			go f()
-		}
-		w = next
-	}
-	return true
-}
+// that a merged lease reports the very value its source reports.
+func (l *Lease) loseWith(err *lost.Error) bool { return l.lose(nil, err) }

@@ -67,8 +67,27 @@ func New(subject string) *Lease { return &Lease{subject: subject} }
 func (l *Lease) Subject() string { return l.subject }
 
 // Err returns nil while the lease is live or ended, and the loss once it is lost.
+// A receiver woken by the close of Done must find the error, and whoever
+// finds the error must find Done closed (Go issue 75533 is this bug in
+// context). Lose therefore passes through stateLosing while it closes Done,
+// with the mutex held, and Err in that short window waits for the mutex.
+// Only the live state is checked inline: it is the one a holder's loop sees
+// on every write, and a second branch would push Err over the compiler's
+// inlining budget. The other states cost a call but take no lock.
 func (l *Lease) Err() error {
-	if l.state.load() == stateLost {
+	if l.state.load() != stateLive {
+		return l.errNotLive()
+	}
+	return nil
+}
+
+func (l *Lease) errNotLive() error {
+	switch l.state.load() {
+	case stateLost:
+		return l.err
+	case stateLosing:
+		l.mu.Lock()
+		defer l.mu.Unlock()
 		return l.err
 	}
 	return nil
@@ -89,15 +108,23 @@ func (l *Lease) makeDone() chan struct{} {
 }
 
 // Lose loses a live lease with cause and reports whether this call lost it.
-func (l *Lease) Lose(cause error) bool {
+func (l *Lease) Lose(cause error) bool { return l.lose(cause, nil) }
+
+// lose loses a live lease with err, or when err is nil with a new error for
+// the subject and cause, and reports whether this call lost it.
+func (l *Lease) lose(cause error, err *lost.Error) bool {
 	l.mu.Lock()
 	if l.state.load() != stateLive {
 		l.mu.Unlock()
 		return false
 	}
-	l.err = lost.New(l.subject, cause)
-	// Close Done before the state changes, so that whoever sees the loss in
-	// Err finds Done closed too.
+	if err == nil {
+		err = lost.New(l.subject, cause)
+	}
+	l.err = err
+	// Err reads the state without the mutex; see Err for why the state is
+	// losing while Done is closed.
+	l.state.store(stateLosing)
 	if c := l.loadDone(); c != nil {
 		close(c)
 	}
@@ -112,7 +139,7 @@ func (l *Lease) Lose(cause error) bool {
 		next, f, cancel := w.next, w.f, w.cancel
 		w.prev, w.next, w.f, w.cancel = nil, nil, nil, nil
 		if cancel != nil {
-			cancel(l.err)
+			cancel(err)
 		} else {
 			go f()
 		}
@@ -220,7 +247,7 @@ func stopped() bool { return false }
 func (l *Lease) String(kind string) string {
 	s := kind + "(" + strconv.Quote(l.subject)
 	switch l.state.load() {
-	case stateLost:
+	case stateLosing, stateLost:
 		if cause := l.err.Unwrap(); cause != nil {
 			return s + ", lost: " + cause.Error() + ")"
 		}

@@ -14,9 +14,10 @@ import (
 type state = uint32
 
 const (
-	stateLive  state = iota // held: no loss yet, no release yet
-	stateLost               // lost: the reason is stored and Done is closed
-	stateEnded              // released by its holder: nothing can lose it any more
+	stateLive   state = iota // held: no loss yet, no release yet
+	stateLosing              // Lose has stored the reason and is closing Done
+	stateLost                // lost: the reason is stored and Done is closed
+	stateEnded               // released by its holder: nothing can lose it any more
 )
 
 // stateWord holds the state. Err reads it with one atomic load; it is written
