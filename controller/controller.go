@@ -31,7 +31,7 @@ import (
 type Controller core.Lease
 
 // New returns a live lease on subject, such as a lock's key or an election's
-// name. The subject is only reported, in [lost.Error] and String; the empty
+// name. The subject is only reported, in [*github.com/zukhruf/lease/lost.Error] and String; the empty
 // subject is allowed and gives the same lease as the zero Controller.
 //
 // New, Signal and End together make one allocation.
@@ -46,7 +46,7 @@ func (c *Controller) Signal() *signal.Signal { return (*signal.Signal)(c) }
 // Subject returns the subject given to New.
 func (c *Controller) Subject() string { return c.lease().Subject() }
 
-// Lose loses a live lease: the signal's Err returns a [*lost.Error] with the
+// Lose loses a live lease: the signal's Err returns a *lost.Error with the
 // subject and cause, Done is closed, contexts made by the signal's Context
 // are cancelled, and AfterLoss callbacks are started. cause may be nil; then
 // the error's Unwrap returns nil.

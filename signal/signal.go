@@ -7,10 +7,10 @@
 // can lose or end it: that power stays with the issuer's
 // controller.Controller, as an AbortSignal's stays with its AbortController.
 //
-// A signal is lost at most once, with a [lost.Error] that names the subject
-// and carries the issuer's cause. A release by the holder (the controller's
-// End) never loses it, and a loss the issuer reports after the release does
-// not reach the holder. A signal has no timer: it lasts as long as the
+// A signal is lost at most once, with a [*github.com/zukhruf/lease/lost.Error]
+// that names the subject and carries the issuer's cause. A release by the
+// holder (the controller's End) never loses it, and a loss the issuer reports
+// after the release does not reach the holder. A signal has no timer: it lasts as long as the
 // issuer's session, and says nothing about time.
 //
 // A signal warns; it does not protect a resource. Code that must reject the
@@ -48,11 +48,13 @@ type Signal core.Lease
 func (s *Signal) lease() *core.Lease { return (*core.Lease)(s) }
 
 // Err returns nil while the lease is held and after the holder released it,
-// and the [*lost.Error] of the loss once the lease is lost. Successive calls
+// and the *lost.Error of the loss once the lease is lost. Successive calls
 // after a loss return the same error value.
 //
-// Err is one atomic load; it is made to be called before every write. Once
-// Err returns an error, the channel of Done is closed.
+// Err is made to be called before every write: while the lease is held it is
+// one atomic load, inlined into the caller, and it never allocates. Once Err
+// returns an error, the channel of Done is closed; once Done is closed, Err
+// returns the error.
 func (s *Signal) Err() error { return (*core.Lease)(s).Err() }
 
 // Done returns a channel that is closed when the lease is lost. A release
@@ -87,7 +89,7 @@ func (s *Signal) AfterLoss(f func()) (stop func() bool) {
 
 // Context returns a copy of parent that is done when parent is done or when
 // the lease is lost, whichever happens first. On a loss, the context's Err
-// is [context.Canceled] and [context.Cause] returns the [*lost.Error]. A
+// is [context.Canceled] and [context.Cause] returns the *lost.Error. A
 // release, or a loss the issuer reports after the release, never cancels it.
 //
 // Context is how a holder gives its lease to every call that takes a
