@@ -9,6 +9,7 @@ import (
 
 	"github.com/zukhruf/lease/bench/handrolled"
 	"github.com/zukhruf/lease/bench/holder"
+	"github.com/zukhruf/lease/bench/holder/viacontroller"
 	"github.com/zukhruf/lease/controller"
 )
 
@@ -29,6 +30,15 @@ func BenchmarkErrLive(b *testing.B) {
 		b.ReportAllocs()
 		s := controller.New("bench").Signal()
 		if holder.ErrLoopLease(s, b.N) != b.N {
+			b.Fatal("lease lost")
+		}
+	})
+	// The same loop in a holder that imports only package controller, where
+	// TestInlining checks that the check is inlined as well.
+	b.Run("impl=lease.viacontroller", func(b *testing.B) {
+		b.ReportAllocs()
+		c := controller.New("bench")
+		if viacontroller.ErrLoop(c, b.N) != b.N {
 			b.Fatal("lease lost")
 		}
 	})
@@ -112,6 +122,14 @@ func BenchmarkDoneWarm(b *testing.B) {
 		s := controller.New("bench").Signal()
 		s.Done()
 		if holder.DoneLoopLease(s, b.N) != b.N {
+			b.Fatal("lease lost")
+		}
+	})
+	b.Run("impl=lease.viacontroller", func(b *testing.B) {
+		b.ReportAllocs()
+		c := controller.New("bench")
+		c.Signal().Done()
+		if viacontroller.DoneLoop(c, b.N) != b.N {
 			b.Fatal("lease lost")
 		}
 	})
