@@ -1,0 +1,220 @@
+package etcdlease_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zukhruf/lease/docs/examples/etcdlease"
+	"github.com/zukhruf/lease/signal"
+)
+
+// copyRows is the holder's loop of the copyrows example: check the lease
+// before each batch, and send each batch with a context that the loss of the
+// lease cancels. landed runs after each batch the warehouse stored.
+func copyRows(ctx context.Context, client *http.Client, sig *signal.Signal, url string, batches [][]string, landed func(n int)) error {
+	ctx, cancel := sig.Context(ctx)
+	defer cancel()
+	for i, batch := range batches {
+		n := i + 1
+		if err := sig.Err(); err != nil {
+			return fmt.Errorf("before batch %d: %w", n, err)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/batches/"+strconv.Itoa(n), strings.NewReader(strings.Join(batch, "\n")))
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			if cause := context.Cause(ctx); cause != nil {
+				return fmt.Errorf("batch %d cut in flight: %w", n, cause)
+			}
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			return fmt.Errorf("batch %d: warehouse answered %s", n, resp.Status)
+		}
+		landed(n)
+	}
+	return nil
+}
+
+// warehouse is a local HTTP server that stores batches. The batch numbered
+// slow is never stored: the warehouse holds its request until the client
+// goes away.
+type warehouse struct {
+	*httptest.Server
+	slow    int
+	arrived chan int      // each batch number as its request arrives
+	cut     chan struct{} // closed when the slow batch's request is cut
+
+	mu     sync.Mutex
+	stored []int
+}
+
+func startWarehouse(t *testing.T, slow int) *warehouse {
+	t.Helper()
+	w := &warehouse{slow: slow, arrived: make(chan int, 16), cut: make(chan struct{})}
+	w.Server = httptest.NewServer(http.HandlerFunc(w.serve))
+	t.Cleanup(w.Close)
+	return w
+}
+
+func (w *warehouse) serve(rw http.ResponseWriter, r *http.Request) {
+	n, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/batches/"))
+	if err != nil {
+		http.NotFound(rw, r)
+		return
+	}
+	io.Copy(io.Discard, r.Body)
+	w.arrived <- n
+	if n == w.slow {
+		select {
+		case <-r.Context().Done():
+			close(w.cut)
+		case <-time.After(hang):
+			http.Error(rw, "the client never went away", http.StatusGatewayTimeout)
+		}
+		return
+	}
+	w.mu.Lock()
+	w.stored = append(w.stored, n)
+	w.mu.Unlock()
+	rw.WriteHeader(http.StatusCreated)
+}
+
+func (w *warehouse) storedBatches() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.stored)
+}
+
+// arrivals returns the batch numbers that reached the warehouse so far.
+func (w *warehouse) arrivals() []int {
+	var got []int
+	for {
+		select {
+		case n := <-w.arrived:
+			got = append(got, n)
+		default:
+			return got
+		}
+	}
+}
+
+func makeBatches(n, rows int) [][]string {
+	batches := make([][]string, n)
+	for b := range batches {
+		for r := range rows {
+			batches[b] = append(batches[b], fmt.Sprintf("order-%d", b*rows+r+1))
+		}
+	}
+	return batches
+}
+
+// TestCopyRows runs the copyrows holder under an etcd lock whose session is
+// revoked in the middle of the copy.
+func TestCopyRows(t *testing.T) {
+	t.Parallel()
+	srv := startEtcd(t)
+	op := newClient(t, srv)
+	batches := makeBatches(5, 4)
+
+	// The loss comes while batch 3 is in the warehouse: the request is cut
+	// and the holder stops there.
+	t.Run("in flight", func(t *testing.T) {
+		ctx := t.Context()
+		s := newSession(t, srv)
+		wh := startWarehouse(t, 3)
+		client := &http.Client{Transport: &http.Transport{}}
+		defer client.CloseIdleConnections()
+		l, err := etcdlease.Lock(ctx, s, "/locks/orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+
+		done := make(chan error, 1)
+		go func() { done <- copyRows(ctx, client, l.Signal(), wh.URL, batches, func(int) {}) }()
+		// Wait for batches 1 and 2 to land and batch 3 to reach the
+		// warehouse.
+		for want := 1; want <= 3; want++ {
+			select {
+			case n := <-wh.arrived:
+				if n != want {
+					t.Fatalf("batch %d arrived, want %d", n, want)
+				}
+			case <-time.After(hang):
+				t.Fatalf("batch %d did not arrive within %v", want, hang)
+			}
+		}
+		if _, err := op.Revoke(ctx, s.Lease()); err != nil {
+			t.Fatal(err)
+		}
+
+		var copyErr error
+		select {
+		case copyErr = <-done:
+		case <-time.After(hang):
+			t.Fatalf("copyRows still running %v after the revocation", hang)
+		}
+		checkLoss(t, copyErr, "/locks/orders", etcdlease.ErrSessionExpired, "batch 3 cut in flight")
+		select {
+		case <-wh.cut:
+		case <-time.After(hang):
+			t.Fatal("the warehouse never saw batch 3's request cut")
+		}
+		if got, want := wh.storedBatches(), []int{1, 2}; !slices.Equal(got, want) {
+			t.Errorf("stored batches %v, want %v", got, want)
+		}
+		if got := wh.arrivals(); len(got) != 0 {
+			t.Errorf("batches %v reached the warehouse after the loss, want none", got)
+		}
+	})
+
+	// The loss comes between batches 2 and 3: the holder checks before
+	// batch 3 and sends nothing more.
+	t.Run("between batches", func(t *testing.T) {
+		ctx := t.Context()
+		s := newSession(t, srv)
+		wh := startWarehouse(t, 0)
+		client := &http.Client{Transport: &http.Transport{}}
+		defer client.CloseIdleConnections()
+		l, err := etcdlease.Lock(ctx, s, "/locks/orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+		sig := l.Signal()
+
+		var revokeErr error
+		err = copyRows(ctx, client, sig, wh.URL, batches, func(n int) {
+			if n != 2 {
+				return
+			}
+			if _, revokeErr = op.Revoke(ctx, s.Lease()); revokeErr == nil {
+				waitLost(t, sig, hang)
+			}
+		})
+		if revokeErr != nil {
+			t.Fatal(revokeErr)
+		}
+		checkLoss(t, err, "/locks/orders", etcdlease.ErrSessionExpired, "before batch 3")
+		if got, want := wh.storedBatches(), []int{1, 2}; !slices.Equal(got, want) {
+			t.Errorf("stored batches %v, want %v", got, want)
+		}
+		if got, want := wh.arrivals(), []int{1, 2}; !slices.Equal(got, want) {
+			t.Errorf("batches %v reached the warehouse, want %v", got, want)
+		}
+	})
+}
