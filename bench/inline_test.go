@@ -121,12 +121,14 @@ func TestInlining(t *testing.T) {
 				t.Fatalf("no call in %s is marked // inlined:", pkg)
 			}
 			out := buildM(t, "-m", pkg)
-			for _, s := range notInlined(want, out) {
-				// The compiler re-exports the body of an imported
-				// method only if the importing package inlined it, so a
-				// holder that imports only controller gets Signal.Err's
-				// body only if package controller inlines it somewhere.
+			missing := notInlined(want, out)
+			for _, s := range missing {
 				t.Errorf("%s is not inlined into %s", s, pkg)
+			}
+			if len(missing) > 0 && pkg == "./holder/viacontroller" {
+				t.Log("The compiler puts an imported method's body in a package's " +
+					"export data only if that package inlined it: package controller " +
+					"must inline Signal.Err and Signal.Done somewhere itself.")
 			}
 		})
 	}
