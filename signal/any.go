@@ -22,8 +22,8 @@ import "github.com/zukhruf/lease/internal/core"
 // when its signal's lease is released. As with [context.WithCancel], call
 // release as soon as the work done under the merged signal is complete;
 // until then, or until one of sigs is lost, every live one of sigs keeps the
-// merged signal in memory. Successive calls to release do nothing; after a
-// loss, release keeps the loss.
+// merged signal in memory. Calls to release after the first do nothing;
+// after a loss, release keeps the loss.
 //
 // The merged signal's String lists the subjects of sigs; its Err names the
 // subject of the signal that was lost.
