@@ -45,6 +45,7 @@ type waiter struct {
 	prev, next *waiter
 	f          func()                  // AfterLoss: started in its own goroutine
 	cancel     context.CancelCauseFunc // Context: called with the loss
+	stopParent func() bool             // Context: takes the registration on the parent off; set before w is shared
 	linked     bool
 }
 
@@ -140,6 +141,12 @@ func (l *Lease) lose(cause error, err *lost.Error) bool {
 		w.prev, w.next, w.f, w.cancel = nil, nil, nil, nil
 		if cancel != nil {
 			cancel(err)
+			// The context is done: its registration on a long-lived parent
+			// would otherwise keep it, and this lease, until the parent
+			// ends, where context.WithCancel lets a cancelled child go.
+			if w.stopParent != nil {
+				w.stopParent()
+			}
 		} else {
 			go f()
 		}
@@ -184,18 +191,31 @@ func (l *Lease) AfterLoss(f func()) (stop func() bool) {
 func (l *Lease) WithCancel(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &waiter{lease: l, cancel: cancel}
+	if parent.Done() != nil && l.state.load() == stateLive {
+		// When the parent ends the context, the registration goes too, so a
+		// long-lived lease does not keep dead contexts. The goroutine that
+		// context.AfterFunc starts runs only then, never while both live.
+		// It is set up before w is shared so that Lose finds it and takes it
+		// off the parent.
+		w.stopParent = context.AfterFunc(parent, func() { w.stop() })
+	}
 	if !l.add(w) {
+		if w.stopParent != nil {
+			w.stopParent()
+		}
 		if err := l.Err(); err != nil {
 			cancel(err)
 		}
 		return ctx, func() { cancel(context.Canceled) }
 	}
-	stopParent := stopped
-	if parent.Done() != nil {
-		// When the parent ends the context, the registration goes too, so a
-		// long-lived lease does not keep dead contexts. The goroutine that
-		// context.AfterFunc starts runs only then, never while both live.
-		stopParent = context.AfterFunc(parent, func() { w.stop() })
+	if parent.Err() != nil {
+		// The parent ended before w was linked, so its AfterFunc may have
+		// found nothing to stop.
+		w.stop()
+	}
+	stopParent := w.stopParent
+	if stopParent == nil {
+		stopParent = stopped
 	}
 	return ctx, func() {
 		w.stop()
