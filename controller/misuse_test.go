@@ -115,8 +115,8 @@ func TestMisuse(t *testing.T) {
 				t.Errorf("String() = %q, want %q", got, want)
 			}
 			stop := s.AfterLoss(func() { t.Error("an AfterLoss callback of the zero Signal ran") })
-			if !stop() || stop() {
-				t.Errorf("stop() then stop() did not return true, false")
+			if first, second := stop(), stop(); !first || second {
+				t.Errorf("stop(), stop() = %v, %v; want true, false", first, second)
 			}
 			ctx, cancel := s.Context(context.Background())
 			if ctx.Err() != nil {
@@ -152,8 +152,8 @@ func TestMisuse(t *testing.T) {
 			ran := make(chan struct{})
 			stop := c.Signal().AfterLoss(func() { close(ran) })
 			c.Lose(nil)
-			if stop() || stop() {
-				t.Error("stop() after the loss = true, want false")
+			if first, second := stop(), stop(); first || second {
+				t.Errorf("stop(), stop() after the loss = %v, %v; want false, false", first, second)
 			}
 			<-ran
 		}},
