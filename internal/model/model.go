@@ -30,7 +30,9 @@ type Cause int
 
 const NoCause Cause = 0
 
-// Callback is what became of one AfterLoss registration.
+// Callback is what became of one AfterLoss registration. A context made by
+// Signal.Context is a registration too, with the same fates: Started is its
+// cancellation by the loss, Stopped its own cancel before the loss.
 type Callback uint8
 
 const (
