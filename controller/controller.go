@@ -41,7 +41,14 @@ func (c *Controller) lease() *core.Lease { return (*core.Lease)(c) }
 
 // Signal returns the holder's view of the lease. Successive calls return the
 // same *signal.Signal.
-func (c *Controller) Signal() *signal.Signal { return (*signal.Signal)(c) }
+func (c *Controller) Signal() *signal.Signal {
+	if c == nil {
+		// Without this, the conversion would hand the holder a nil signal
+		// and the panic would come later, far from the mistake.
+		panic("controller: Signal called on a nil *Controller")
+	}
+	return (*signal.Signal)(c)
+}
 
 // Subject returns the subject given to New.
 func (c *Controller) Subject() string { return c.lease().Subject() }

@@ -11,7 +11,7 @@ var errRefused = errors.New("the coordinator refused the claim")
 
 func TestSignalIsTheSameLease(t *testing.T) {
 	c := controller.New("orders")
-	if c.Signal() != c.Signal() {
+	if a, b := c.Signal(), c.Signal(); a != b {
 		t.Error("Signal() returned two different signals, want the same one")
 	}
 	if got := c.Subject(); got != "orders" {

@@ -98,9 +98,9 @@ func TestMisuse(t *testing.T) {
 		{name: "nil *Controller End", call: func(t *testing.T) { nilController.End() }, wantPanic: nilPointer},
 		{name: "nil *Controller Subject", call: func(t *testing.T) { nilController.Subject() }, wantPanic: nilPointer},
 		{name: "nil *Controller String", call: func(t *testing.T) { _ = nilController.String() }, wantPanic: nilPointer},
-		// Signal converts the pointer and so returns a nil *Signal; the
-		// panic comes with its first use.
-		{name: "nil *Controller Signal, then Err", call: func(t *testing.T) { nilController.Signal().Err() }, wantPanic: nilPointer},
+		// Signal would only convert the pointer; it panics at once instead of
+		// handing the holder a nil signal.
+		{name: "nil *Controller Signal", call: func(t *testing.T) { nilController.Signal() }, wantPanic: "controller: Signal called on a nil *Controller"},
 
 		// The zero Signal: live, on "", never lost.
 		{name: "zero Signal", call: func(t *testing.T) {

@@ -12,7 +12,8 @@ import "log/slog"
 //
 // An Error is immutable once made, so one value is safely shared by every
 // goroutine that observes the loss. Match it with [errors.As], never with ==
-// or by its message.
+// or by its message. Errors are made only by [New]; a nil *Error is not an
+// error value of this package and its methods panic.
 type Error struct {
 	subject string
 	cause   error
