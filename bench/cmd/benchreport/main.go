@@ -205,12 +205,24 @@ func chart(path string, s samples) error {
 		if max(lease, ctx) >= 1e6 {
 			scale, label = 1e6, "ms/op"
 		}
-		p.Title.Text = fmt.Sprintf("%s: lease/context %.2f", g.name, lease/ctx)
+		p.Title.Text = fmt.Sprintf("%s: %.2f (goal ≤ %g)", g.name, lease/ctx, g.ratio)
 		p.Title.TextStyle.Font.Size = 11
 		p.Y.Label.Text = label
-		p.Add(plotter.NewGrid())
+		grid := plotter.NewGrid()
+		grid.Vertical.Color = nil
+		p.Add(grid)
 		p.X.Min, p.X.Max = -0.7, 1.7
-		p.Y.Min, p.Y.Max = 0, 1.15*max(lease, ctx)/scale
+		p.Y.Min, p.Y.Max = 0, 1.15*max(lease, ctx, g.ratio*ctx)/scale
+		// The goal: the most the lease may cost, at the goal's ratio to
+		// context.
+		top := g.ratio * ctx / scale
+		goalLine, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: top}, {X: 1.5, Y: top}})
+		if err != nil {
+			return fmt.Errorf("%s: %v", g.name, err)
+		}
+		goalLine.Color = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+		goalLine.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(goalLine)
 		for j, v := range []struct {
 			val float64
 			c   color.Color
@@ -234,7 +246,7 @@ func chart(path string, s samples) error {
 	title := draw.Crop(dc, 0, 0, 0, -0.3*vg.Inch)
 	body := draw.Crop(dc, 0, 0, 0.3*vg.Inch, -0.35*vg.Inch)
 	sty := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 13), XAlign: draw.XCenter, Handler: plot.DefaultTextHandler}
-	title.FillText(sty, vg.Point{X: w / 2, Y: h - 0.25*vg.Inch}, "Median cost per benchmark, lease beside context (lower is better)")
+	title.FillText(sty, vg.Point{X: w / 2, Y: h - 0.25*vg.Inch}, "Median per op, lease beside context (lower is better); dashed: the goal")
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
 	canvases := plot.Align(plots, tiles, body)
