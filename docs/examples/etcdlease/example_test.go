@@ -1,0 +1,123 @@
+package etcdlease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/zukhruf/lease/docs/examples/etcdlease"
+	"github.com/zukhruf/lease/docs/examples/etcdlease/internal/etcdtest"
+	"github.com/zukhruf/lease/lost"
+)
+
+// exampleEtcd starts an etcd server in a temporary folder and returns a
+// client of it, and the func that stops both.
+func exampleEtcd() (*clientv3.Client, func()) {
+	dir, err := os.MkdirTemp("", "etcdlease-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv, err := etcdtest.Start(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	cli, err := srv.Client()
+	if err != nil {
+		log.Fatal(err)
+	}
+	return cli, func() {
+		cli.Close()
+		srv.Close()
+		os.RemoveAll(dir)
+	}
+}
+
+// A holder locks a key and works while its signal is live; an operator
+// revokes the session's etcd lease, and the signal says so.
+func ExampleLock() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	ctx := context.Background()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	l, err := etcdlease.Lock(ctx, s, "/locks/orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	sig := l.Signal()
+	fmt.Println("holding:", sig.Err() == nil, "fencing revision > 0:", l.Revision() > 0)
+
+	if _, err := cli.Revoke(ctx, s.Lease()); err != nil {
+		log.Fatal(err)
+	}
+	<-sig.Done()
+	var le *lost.Error
+	if errors.As(sig.Err(), &le) {
+		fmt.Println("lost:", le.Subject())
+	}
+	fmt.Println("session revoked:", errors.Is(sig.Err(), etcdlease.ErrSessionExpired))
+	// Output:
+	// holding: true fencing revision > 0: true
+	// lost: /locks/orders
+	// session revoked: true
+}
+
+// A leader's key is deleted by hand: the coordinator refused the claim.
+func ExampleCampaign() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	ctx := context.Background()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	l, err := etcdlease.Campaign(ctx, s, "/elections/orders", "node-a")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	if _, err := cli.Delete(ctx, l.Key()); err != nil {
+		log.Fatal(err)
+	}
+	<-l.Signal().Done()
+	fmt.Println("key deleted:", errors.Is(l.Signal().Err(), etcdlease.ErrKeyDeleted))
+	// Output:
+	// key deleted: true
+}
+
+// Unlock ends the lease before it deletes the key, so the deletion it makes,
+// and the end of the session after it, lose nothing.
+func ExampleLease_Unlock() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	ctx := context.Background()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	l, err := etcdlease.Lock(ctx, s, "/locks/orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sig := l.Signal()
+	if err := l.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := s.Close(); err != nil { // revokes the session's etcd lease
+		log.Fatal(err)
+	}
+	fmt.Println("after Unlock and the session's end:", sig.Err())
+	// Output:
+	// after Unlock and the session's end: <nil>
+}
