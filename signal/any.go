@@ -3,7 +3,7 @@ package signal
 import "github.com/zukhruf/lease/internal/core"
 
 // Any returns a signal that is lost as soon as any of sigs is lost, with the
-// very [*lost.Error] that signal reports: the first loss wins, and later
+// very *lost.Error that signal reports: the first loss wins, and later
 // losses of the other signals change nothing. A holder that works under
 // several leases at once, such as the lock of a key and the leadership of
 // its shard, checks and waits on the one merged signal.
