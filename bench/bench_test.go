@@ -390,9 +390,8 @@ func memory(b *testing.B, fill, drop func()) {
 // AllocFloor is no comparison: it times one heap allocation of 64 bytes that
 // hold pointers, the size of a lease, as the floor under Lifecycle.
 func BenchmarkAllocFloor(b *testing.B) {
-	type lease64 struct{ p [8]*int }
 	b.ReportAllocs()
 	for b.Loop() {
-		sink = new(lease64)
+		sink = new([8]*int)
 	}
 }
