@@ -3,7 +3,7 @@
 # `make test`; test-bench, which is, runs bench/'s tests (the check that
 # Signal.Err and Signal.Done are inlined into a holder) and no benchmark.
 
-BENCH_COUNT ?= 8
+BENCH_COUNT ?= 10
 BENCH_TXT   ?= testdata/bench.txt
 
 TEST_STEPS += test-bench
