@@ -19,7 +19,7 @@
 //     connection can reach no endpoint ([ErrClusterLost]).
 //
 // Each cause is wrapped with what etcd reported and reaches the holder inside
-// a [lost.Error]: errors.Is(sig.Err(), etcdlease.ErrKeyDeleted) tells which.
+// a lost.Error: errors.Is(sig.Err(), etcdlease.ErrKeyDeleted) tells which.
 //
 // A signal warns the holder; it does not stop a write already on its way.
 // [Lease.Revision], the create revision of the holder's key, is the fencing

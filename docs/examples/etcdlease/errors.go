@@ -3,7 +3,7 @@ package etcdlease
 import "errors"
 
 // The causes of a loss. A holder's [signal.Signal] reports a loss with a
-// [lost.Error] that wraps one of these, itself wrapped with what etcd
+// lost.Error that wraps one of these, itself wrapped with what etcd
 // reported (the key, the revision, the etcd lease, the gRPC state); match
 // them with [errors.Is].
 var (

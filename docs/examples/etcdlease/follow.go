@@ -68,7 +68,7 @@ func (l *Lease) follow(ctx context.Context, s *concurrency.Session, events clien
 // revocation or a takeover only after reconnecting, and its session cannot
 // renew, so the lease is lost at once rather than when the session's TTL
 // runs out. A connection that drops and comes straight back passes through
-// idle and connecting, not failure, and loses nothing.
+// connecting, not failure, and loses nothing (TestLockKeptThroughConnectionBlip).
 func (l *Lease) followConn(ctx context.Context, conn *grpc.ClientConn) {
 	defer l.watchers.Done()
 	for {
