@@ -18,7 +18,8 @@ import (
 // A Lease is made by [Lock] or [Campaign]; there is no useful zero value. Its
 // methods are safe for concurrent use. It follows its claim with two
 // goroutines (the watch and the connection state), which stop at the loss or
-// at the release, whichever comes first.
+// at the release, whichever comes first; closing the session's client loses
+// the lease with [ErrClusterLost] if nothing did before.
 type Lease struct {
 	ctrl    *controller.Controller
 	key     string
