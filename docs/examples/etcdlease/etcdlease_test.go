@@ -342,6 +342,21 @@ func TestLockLostWhenClusterStops(t *testing.T) {
 	}
 }
 
+func TestLockLostWhenClientCloses(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := startEtcd(t)
+	s := newSession(t, srv)
+
+	l, err := etcdlease.Lock(ctx, s, "/locks/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Client().Close()
+	err = waitLost(t, l.Signal(), hang)
+	checkLoss(t, err, "/locks/orders", etcdlease.ErrClusterLost, "cluster lost")
+}
+
 func TestUnlockThenRevokeNeverLost(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
