@@ -16,8 +16,9 @@ import (
 // and End each move it, once, to its final state: lost or ended.
 //
 // Controller and [signal.Signal] are the same value seen from two sides:
-// [Controller.Signal] converts the pointer without allocating, and only this
-// package can convert back, so the holder cannot lose its own lease.
+// [Controller.Signal] converts the pointer without allocating, and only
+// packages under github.com/zukhruf/lease can convert back (the shared type
+// is internal), so the holder cannot lose its own lease.
 //
 // The zero Controller is a live lease on an empty subject, ready to use. A
 // nil *Controller is not valid; its methods panic. A Controller must not be

@@ -187,6 +187,12 @@ func TestMisuse(t *testing.T) {
 			signal.Any(controller.New("orders").Signal(), nilSignal)
 		}, wantPanic: "signal: Any called with a nil *Signal"},
 
+		// A nil *lost.Error is not an error of the package: its methods panic.
+		{name: "nil *lost.Error Error", call: func(t *testing.T) { _ = (*lost.Error)(nil).Error() }, wantPanic: nilPointer},
+		{name: "nil *lost.Error Subject", call: func(t *testing.T) { _ = (*lost.Error)(nil).Subject() }, wantPanic: nilPointer},
+		{name: "nil *lost.Error Unwrap", call: func(t *testing.T) { _ = (*lost.Error)(nil).Unwrap() }, wantPanic: nilPointer},
+		{name: "nil *lost.Error LogValue", call: func(t *testing.T) { _ = (*lost.Error)(nil).LogValue() }, wantPanic: nilPointer},
+
 		// lost.New with empty inputs
 		{name: `lost.New("", nil)`, call: func(t *testing.T) {
 			e := lost.New("", nil)

@@ -36,8 +36,9 @@ func (e *Error) Subject() string { return e.subject }
 // Unwrap returns the issuer's cause, or nil when the issuer gave none.
 func (e *Error) Unwrap() error { return e.cause }
 
-// Error returns "lease lost: " followed by the subject and the cause, each
-// left out when empty: "lease lost: orders: the coordinator refused the claim".
+// Error returns "lease lost", then ": " and the subject, then ": " and the
+// cause, each left out when empty:
+// "lease lost: orders: the coordinator refused the claim".
 func (e *Error) Error() string {
 	msg := "lease lost"
 	if e.subject != "" {

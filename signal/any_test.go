@@ -495,3 +495,23 @@ func BenchmarkAny(b *testing.B) {
 		release()
 	}
 }
+
+// When one source is lost, the merged signals it loses leave the other
+// sources too: a long-lived second source must not keep them, even when
+// nobody releases them.
+func TestAnyLostLeavesOtherSources(t *testing.T) {
+	const n = 20_000
+	const bound = n * 100 // bytes; a kept merged signal with its channel costs several hundred
+	lostSrc, liveSrc := controller.New("orders"), controller.New("leader")
+	before := heapAlloc()
+	for range n {
+		merged, _ := signal.Any(lostSrc.Signal(), liveSrc.Signal()) // never released
+		merged.Done()
+	}
+	lostSrc.Lose(errRefused)
+	after := heapAlloc()
+	if growth := int64(after) - int64(before); growth > bound {
+		t.Errorf("heap grew by %d bytes after the loss of one source, want at most %d: the live source keeps the merged signals", growth, bound)
+	}
+	runtime.KeepAlive(liveSrc)
+}
