@@ -87,8 +87,9 @@ func (l *Lease) errNotLive() error {
 	case stateLost:
 		return l.err
 	case stateLosing:
+		// Lose holds the mutex until Done is closed and the state is lost.
 		l.mu.Lock()
-		defer l.mu.Unlock()
+		l.mu.Unlock()
 		return l.err
 	}
 	return nil
