@@ -8,7 +8,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/zukhruf/lease/docs/examples/etcdlease"
@@ -85,9 +84,7 @@ func (p *proxy) cut() {
 // as a deletion.
 func TestLockKeptThroughConnectionBlip(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	srv := startEtcd(t)
-	op := newClient(t, srv)
+	srv, op := startEtcdWithOp(t)
 	px := startProxy(t, srv.Endpoint())
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{px.ln.Addr().String()},
@@ -98,31 +95,19 @@ func TestLockKeptThroughConnectionBlip(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := etcdlease.Lock(ctx, s, "/locks/orders")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLock(t, newSessionOn(t, cli), lockName)
 	sig := l.Signal()
 
 	px.cut()
 	// A read through the same client, which etcd's client retries,
 	// succeeds once it has reconnected.
-	if _, err := cli.Get(ctx, l.Key()); err != nil {
+	if _, err := cli.Get(t.Context(), l.Key()); err != nil {
 		t.Fatalf("Get after the blip: %v", err)
 	}
 	if err := sig.Err(); err != nil {
 		t.Fatalf("after the blip, Err() = %v, want nil", err)
 	}
-	if _, err := op.Delete(ctx, l.Key()); err != nil {
-		t.Fatal(err)
-	}
-	err = waitLost(t, sig, hang)
-	checkLoss(t, err, "/locks/orders", etcdlease.ErrKeyDeleted, "deleted")
-	if err := l.Unlock(ctx); err != nil {
-		t.Errorf("Unlock after the loss: %v", err)
-	}
+	deleteKey(t, op, l.Key())
+	err = checkLost(t, sig, hang, lockName, etcdlease.ErrKeyDeleted, "deleted")
+	checkUnlockAfterLoss(t, l, err)
 }

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/v3/concurrency"
+
 	"github.com/zukhruf/lease/docs/examples/etcdlease"
+	"github.com/zukhruf/lease/docs/examples/etcdlease/internal/etcdtest"
 	"github.com/zukhruf/lease/signal"
 )
 
@@ -99,6 +102,15 @@ func (w *warehouse) storedBatches() []int {
 	return slices.Clone(w.stored)
 }
 
+// checkStored checks that the warehouse stored the batches numbered want,
+// in that order, and no other.
+func (w *warehouse) checkStored(t *testing.T, want ...int) {
+	t.Helper()
+	if got := w.storedBatches(); !slices.Equal(got, want) {
+		t.Errorf("stored batches %v, want %v", got, want)
+	}
+}
+
 // arrivals returns the batch numbers that reached the warehouse so far.
 func (w *warehouse) arrivals() []int {
 	var got []int
@@ -122,62 +134,63 @@ func makeBatches(n, rows int) [][]string {
 	return batches
 }
 
+// copyRun is one run of the copyrows holder: a lock on a session of its own,
+// released when the run ends, a warehouse and an HTTP client of its own.
+type copyRun struct {
+	s      *concurrency.Session
+	l      *etcdlease.Lease
+	wh     *warehouse
+	client *http.Client
+}
+
+// startCopyRun locks lockName on a new session of srv for a run whose
+// warehouse never stores the batch numbered slow.
+func startCopyRun(t *testing.T, srv *etcdtest.Server, slow int) *copyRun {
+	t.Helper()
+	r := &copyRun{s: newSession(t, srv), wh: startWarehouse(t, slow), client: &http.Client{Transport: &http.Transport{}}}
+	t.Cleanup(r.client.CloseIdleConnections)
+	r.l = mustLock(t, r.s, lockName)
+	t.Cleanup(func() {
+		// The test's context is done by now.
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
+		defer cancel()
+		r.l.Unlock(ctx)
+	})
+	return r
+}
+
+// copyRows runs the holder over batches; landed runs after each batch stored.
+func (r *copyRun) copyRows(ctx context.Context, batches [][]string, landed func(n int)) error {
+	return copyRows(ctx, r.client, r.l.Signal(), r.wh.URL, batches, landed)
+}
+
 // TestCopyRows runs the copyrows holder under an etcd lock whose session is
 // revoked in the middle of the copy.
 func TestCopyRows(t *testing.T) {
 	t.Parallel()
-	srv := startEtcd(t)
-	op := newClient(t, srv)
+	srv, op := startEtcdWithOp(t)
 	batches := makeBatches(5, 4)
 
 	// The loss comes while batch 3 is in the warehouse: the request is cut
 	// and the holder stops there.
 	t.Run("in flight", func(t *testing.T) {
-		ctx := t.Context()
-		s := newSession(t, srv)
-		wh := startWarehouse(t, 3)
-		client := &http.Client{Transport: &http.Transport{}}
-		defer client.CloseIdleConnections()
-		l, err := etcdlease.Lock(ctx, s, "/locks/orders")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Unlock(ctx)
-
+		r := startCopyRun(t, srv, 3)
 		done := make(chan error, 1)
-		go func() { done <- copyRows(ctx, client, l.Signal(), wh.URL, batches, func(int) {}) }()
+		go func() { done <- r.copyRows(t.Context(), batches, func(int) {}) }()
 		// Wait for batches 1 and 2 to land and batch 3 to reach the
 		// warehouse.
 		for want := 1; want <= 3; want++ {
-			select {
-			case n := <-wh.arrived:
-				if n != want {
-					t.Fatalf("batch %d arrived, want %d", n, want)
-				}
-			case <-time.After(hang):
-				t.Fatalf("batch %d did not arrive within %v", want, hang)
+			if n := waitFor(t, r.wh.arrived, hang, fmt.Sprintf("batch %d to arrive", want)); n != want {
+				t.Fatalf("batch %d arrived, want %d", n, want)
 			}
 		}
-		if _, err := op.Revoke(ctx, s.Lease()); err != nil {
-			t.Fatal(err)
-		}
+		revoke(t, op, r.s)
 
-		var copyErr error
-		select {
-		case copyErr = <-done:
-		case <-time.After(hang):
-			t.Fatalf("copyRows still running %v after the revocation", hang)
-		}
-		checkLoss(t, copyErr, "/locks/orders", etcdlease.ErrSessionExpired, "batch 3 cut in flight")
-		select {
-		case <-wh.cut:
-		case <-time.After(hang):
-			t.Fatal("the warehouse never saw batch 3's request cut")
-		}
-		if got, want := wh.storedBatches(), []int{1, 2}; !slices.Equal(got, want) {
-			t.Errorf("stored batches %v, want %v", got, want)
-		}
-		if got := wh.arrivals(); len(got) != 0 {
+		copyErr := waitFor(t, done, hang, "copyRows to return after the revocation")
+		checkLoss(t, copyErr, lockName, etcdlease.ErrSessionExpired, "batch 3 cut in flight")
+		waitFor(t, r.wh.cut, hang, "the warehouse to see batch 3's request cut")
+		r.wh.checkStored(t, 1, 2)
+		if got := r.wh.arrivals(); len(got) != 0 {
 			t.Errorf("batches %v reached the warehouse after the loss, want none", got)
 		}
 	})
@@ -185,35 +198,17 @@ func TestCopyRows(t *testing.T) {
 	// The loss comes between batches 2 and 3: the holder checks before
 	// batch 3 and sends nothing more.
 	t.Run("between batches", func(t *testing.T) {
-		ctx := t.Context()
-		s := newSession(t, srv)
-		wh := startWarehouse(t, 0)
-		client := &http.Client{Transport: &http.Transport{}}
-		defer client.CloseIdleConnections()
-		l, err := etcdlease.Lock(ctx, s, "/locks/orders")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Unlock(ctx)
-		sig := l.Signal()
-
-		var revokeErr error
-		err = copyRows(ctx, client, sig, wh.URL, batches, func(n int) {
-			if n != 2 {
-				return
-			}
-			if _, revokeErr = op.Revoke(ctx, s.Lease()); revokeErr == nil {
-				waitLost(t, sig, hang)
+		r := startCopyRun(t, srv, 0)
+		// landed runs in this goroutine, so it may fail the test.
+		err := r.copyRows(t.Context(), batches, func(n int) {
+			if n == 2 {
+				revoke(t, op, r.s)
+				waitLost(t, r.l.Signal(), hang)
 			}
 		})
-		if revokeErr != nil {
-			t.Fatal(revokeErr)
-		}
-		checkLoss(t, err, "/locks/orders", etcdlease.ErrSessionExpired, "before batch 3")
-		if got, want := wh.storedBatches(), []int{1, 2}; !slices.Equal(got, want) {
-			t.Errorf("stored batches %v, want %v", got, want)
-		}
-		if got, want := wh.arrivals(), []int{1, 2}; !slices.Equal(got, want) {
+		checkLoss(t, err, lockName, etcdlease.ErrSessionExpired, "before batch 3")
+		r.wh.checkStored(t, 1, 2)
+		if got, want := r.wh.arrivals(), []int{1, 2}; !slices.Equal(got, want) {
 			t.Errorf("batches %v reached the warehouse, want %v", got, want)
 		}
 	})
