@@ -15,9 +15,10 @@ import (
 	"github.com/zukhruf/lease/lost"
 )
 
-// exampleEtcd starts an etcd server in a temporary folder and returns a
-// client of it, and the func that stops both.
-func exampleEtcd() (*clientv3.Client, func()) {
+// exampleSession starts an etcd server in a temporary folder and returns a
+// client of it, a session of that client with a TTL of 5 s, and the func
+// that stops the client and the server.
+func exampleSession() (*clientv3.Client, *concurrency.Session, func()) {
 	dir, err := os.MkdirTemp("", "etcdlease-example")
 	if err != nil {
 		log.Fatal(err)
@@ -30,7 +31,11 @@ func exampleEtcd() (*clientv3.Client, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return cli, func() {
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return cli, s, func() {
 		cli.Close()
 		srv.Close()
 		os.RemoveAll(dir)
@@ -40,13 +45,9 @@ func exampleEtcd() (*clientv3.Client, func()) {
 // A holder locks a key and works while its signal is live; an operator
 // revokes the session's etcd lease, and the signal says so.
 func ExampleLock() {
-	cli, stop := exampleEtcd()
+	cli, s, stop := exampleSession()
 	defer stop()
 	ctx := context.Background()
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
-	if err != nil {
-		log.Fatal(err)
-	}
 
 	l, err := etcdlease.Lock(ctx, s, "/locks/orders")
 	if err != nil {
@@ -73,13 +74,9 @@ func ExampleLock() {
 
 // A leader's key is deleted by hand: the coordinator refused the claim.
 func ExampleCampaign() {
-	cli, stop := exampleEtcd()
+	cli, s, stop := exampleSession()
 	defer stop()
 	ctx := context.Background()
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
-	if err != nil {
-		log.Fatal(err)
-	}
 
 	l, err := etcdlease.Campaign(ctx, s, "/elections/orders", "node-a")
 	if err != nil {
@@ -98,13 +95,9 @@ func ExampleCampaign() {
 // Unlock ends the lease before it deletes the key, so the deletion it makes,
 // and the end of the session after it, lose nothing.
 func ExampleLease_Unlock() {
-	cli, stop := exampleEtcd()
+	_, s, stop := exampleSession()
 	defer stop()
 	ctx := context.Background()
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
-	if err != nil {
-		log.Fatal(err)
-	}
 
 	l, err := etcdlease.Lock(ctx, s, "/locks/orders")
 	if err != nil {
