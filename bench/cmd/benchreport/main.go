@@ -169,7 +169,7 @@ func report(w io.Writer, s samples) {
 func num(v float64) string {
 	switch {
 	case v >= 1e6:
-		return fmt.Sprintf("%.3gM", v/1e6)
+		return fmt.Sprintf("%.2fM", v/1e6)
 	case v >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case v >= 10:
@@ -205,7 +205,7 @@ func chart(path string, s samples) error {
 		if max(lease, ctx) >= 1e6 {
 			scale, label = 1e6, "ms/op"
 		}
-		p.Title.Text = fmt.Sprintf("%s: %.2f (goal ≤ %g)", g.name, lease/ctx, g.ratio)
+		p.Title.Text = fmt.Sprintf("%s: %.3f (goal ≤ %g)", g.name, lease/ctx, g.ratio)
 		p.Title.TextStyle.Font.Size = 11
 		p.Y.Label.Text = label
 		grid := plotter.NewGrid()
