@@ -12,12 +12,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/demo.golden from this run")
+var update = flag.Bool("update", false, "rewrite the golden file from this run")
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestDemo runs both scenarios of `make demo` and compares what they print
-// with testdata/demo.golden: batches 1 and 2 land, batch 3 is cut in flight
+// with the repository's testdata/demo.golden: batches 1 and 2 land, batch 3 is cut in flight
 // with the *lost.Error, and after a release the late loss reaches nobody.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
@@ -27,7 +27,7 @@ func TestDemo(t *testing.T) {
 	// The warehouse listens on a port chosen at run time.
 	got := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).ReplaceAllString(out.String(), "http://warehouse")
 
-	golden := filepath.Join("testdata", "demo.golden")
+	golden := filepath.Join("..", "..", "..", "testdata", "demo.golden")
 	if *update {
 		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
