@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/zukhruf/lease/docs/examples/etcdlease"
 )
@@ -165,4 +166,42 @@ func TestResignNeverLost(t *testing.T) {
 	endSession(t, op, s1)
 	probe.checkLive(t)
 	checkRelease(t, "second leader's Resign", second.Resign)
+}
+
+// A claim whose grant revision etcd compacted away before the lease started
+// following it is kept, and followed from the revision the lease reads it
+// at. etcd's election reports, as the grant, the revision of the
+// candidate's put, before it waited behind the leaders: a compaction during
+// a long wait, or while a watch reconnects, leaves the watch without its
+// history.
+func TestLockKeptThroughCompaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv, op := startEtcdWithOp(t)
+	s := newSession(t, srv)
+	m := concurrency.NewMutex(s, lockName)
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	granted, owner := m.Header().Revision, m.IsOwner()
+	// Two writes of someone else's move the revision on, and the
+	// compaction drops everything before the last, the revision after the
+	// grant among them.
+	var put *clientv3.PutResponse
+	for range 2 {
+		var err error
+		if put, err = op.Put(ctx, "/elsewhere", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := op.Compact(ctx, put.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+
+	l := etcdlease.StartAt(s, lockName, m.Key(), owner.GetCompare().GetCreateRevision(), granted, m.Unlock)
+	// The compaction loses nothing: the deletion that follows is the loss,
+	// and it is reported as what it is.
+	deleteKey(t, op, l.Key())
+	err := checkLost(t, l.Signal(), hang, lockName, etcdlease.ErrKeyDeleted, "deleted")
+	checkUnlockAfterLoss(t, l, err)
 }

@@ -36,13 +36,29 @@ func (l *Lease) follow(ctx context.Context, s *concurrency.Session, events clien
 				l.lose(fmt.Errorf("%w: the watch on %q closed", ErrClusterLost, l.key))
 				return
 			}
+			if wr.CompactRevision != 0 {
+				// etcd compacted the history the watch was to start
+				// from: the revision etcd's election reports as the
+				// grant is its put, before the wait behind the leaders,
+				// and a watch that reconnects resumes where it was. The
+				// key as it is now tells whether the claim stands.
+				from, err := l.resync(ctx, s)
+				if err != nil {
+					l.lose(err)
+					return
+				}
+				// The client closed the old watch after its last
+				// response, this one.
+				events = s.Client().Watch(clientv3.WithRequireLeader(ctx), l.key, clientv3.WithRev(from))
+				continue
+			}
 			if err := wr.Err(); err != nil {
 				l.lose(fmt.Errorf("%w: the watch on %q ended: %w", ErrClusterLost, l.key, err))
 				return
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					l.lose(l.keyDeleted(ctx, s, ev.Kv.ModRevision))
+					l.lose(l.keyDeleted(ctx, s, fmt.Sprintf("at revision %d", ev.Kv.ModRevision)))
 					return
 				}
 				// A put that keeps the key's create revision and the
@@ -101,16 +117,37 @@ func (l *Lease) sessionEnded(ctx context.Context, s *concurrency.Session) error 
 	}
 }
 
-// keyDeleted returns the cause of the deletion of the key at revision rev:
-// etcd deleted it with the session's lease, or someone deleted it.
-func (l *Lease) keyDeleted(ctx context.Context, s *concurrency.Session, rev int64) error {
+// keyDeleted returns the cause of the deletion of the key, which when tells
+// ("at revision 7"): etcd deleted it with the session's lease, or someone
+// deleted it.
+func (l *Lease) keyDeleted(ctx context.Context, s *concurrency.Session, when string) error {
 	// etcd removes a revoked lease before it publishes the deletion of the
 	// lease's keys, so a lease that is still there was not revoked.
 	if ttl, err := l.leaseTTL(ctx, s); err == nil && ttl <= 0 {
-		return fmt.Errorf("%w: etcd has no lease %x any more and deleted %q with it at revision %d",
-			ErrSessionExpired, s.Lease(), l.key, rev)
+		return fmt.Errorf("%w: etcd has no lease %x any more and deleted %q with it %s",
+			ErrSessionExpired, s.Lease(), l.key, when)
 	}
-	return fmt.Errorf("%w: %q deleted at revision %d", ErrKeyDeleted, l.key, rev)
+	return fmt.Errorf("%w: %q deleted %s", ErrKeyDeleted, l.key, when)
+}
+
+// resync reads the holder's key after the watch lost the history it was to
+// start from, and returns the revision to watch from, or the cause of the
+// loss if the claim is gone.
+func (l *Lease) resync(ctx context.Context, s *concurrency.Session) (int64, error) {
+	rctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
+	resp, err := s.Client().Get(rctx, l.key)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%w: etcd compacted the history of the watch on %q and did not answer: %w", ErrClusterLost, l.key, err)
+	case len(resp.Kvs) == 0:
+		return 0, l.keyDeleted(ctx, s, fmt.Sprintf("by revision %d", resp.Header.Revision))
+	}
+	if kv := resp.Kvs[0]; kv.CreateRevision != l.rev || clientv3.LeaseID(kv.Lease) != s.Lease() {
+		return 0, fmt.Errorf("%w: %q found at revision %d with create revision %d and etcd lease %x, not %d and %x",
+			ErrKeyTakenOver, l.key, resp.Header.Revision, kv.CreateRevision, kv.Lease, l.rev, s.Lease())
+	}
+	return resp.Header.Revision + 1, nil
 }
 
 // leaseTTL asks etcd how long the session's lease has left: -1 if etcd has no

@@ -1,0 +1,14 @@
+package etcdlease
+
+import (
+	"context"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// StartAt makes the lease of the claim that session s holds with key,
+// created at revision rev and granted at revision granted, as Lock and
+// Campaign do with what etcd's mutex and election report.
+func StartAt(s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error) *Lease {
+	return start(s, subject, key, rev, granted, release)
+}
