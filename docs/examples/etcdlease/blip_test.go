@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/zukhruf/lease/docs/examples/etcdlease"
@@ -69,6 +70,22 @@ func (p *proxy) pipe(dst, src net.Conn) {
 	src.Close()
 }
 
+// client returns a client that reaches etcd only through p, closed when
+// the test ends.
+func (p *proxy) client(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{p.ln.Addr().String()},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
 // cut closes every connection open now.
 func (p *proxy) cut() {
 	p.mu.Lock()
@@ -86,15 +103,7 @@ func TestLockKeptThroughConnectionBlip(t *testing.T) {
 	t.Parallel()
 	srv, op := startEtcdWithOp(t)
 	px := startProxy(t, srv.Endpoint())
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{px.ln.Addr().String()},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := px.client(t)
 	l := mustLock(t, newSessionOn(t, cli), lockName)
 	sig := l.Signal()
 
@@ -108,6 +117,40 @@ func TestLockKeptThroughConnectionBlip(t *testing.T) {
 		t.Fatalf("after the blip, Err() = %v, want nil", err)
 	}
 	deleteKey(t, op, l.Key())
-	err = checkLost(t, sig, hang, lockName, etcdlease.ErrKeyDeleted, "deleted")
+	err := checkLost(t, sig, hang, lockName, etcdlease.ErrKeyDeleted, "deleted")
 	checkUnlockAfterLoss(t, l, err)
+}
+
+// A loss stops both goroutines that follow the claim at once, the one that
+// saw it and the other, without waiting for Unlock or for the client to
+// close.
+func TestLossStopsFollowing(t *testing.T) {
+	t.Parallel()
+	srv, op := startEtcdWithOp(t)
+
+	// The watch sees the loss; the connection's follower must stop too.
+	t.Run("key deleted", func(t *testing.T) {
+		l := mustLock(t, newSession(t, srv), lockName)
+		deleteKey(t, op, l.Key())
+		err := checkLost(t, l.Signal(), hang, lockName, etcdlease.ErrKeyDeleted, "deleted")
+		waitFor(t, etcdlease.Following(l), hang, "the lease to stop following its claim after the loss")
+		checkUnlockAfterLoss(t, l, err)
+	})
+
+	// The connection's follower sees the loss; the watch must stop too,
+	// long before the session's keepalive gives up: the session's TTL is
+	// longer than the wait.
+	t.Run("no endpoint", func(t *testing.T) {
+		px := startProxy(t, srv.Endpoint())
+		s, err := concurrency.NewSession(px.client(t), concurrency.WithTTL(60))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := mustLock(t, s, lockName)
+		// Nothing answers at the proxy's address any more.
+		px.ln.Close()
+		px.cut()
+		checkLost(t, l.Signal(), hang, lockName, etcdlease.ErrClusterLost, "TRANSIENT_FAILURE")
+		waitFor(t, etcdlease.Following(l), hang, "the lease to stop following its claim after the loss")
+	})
 }

@@ -12,3 +12,14 @@ import (
 func StartAt(s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error) *Lease {
 	return start(s, subject, key, rev, granted, release)
 }
+
+// Following returns a channel that is closed once the goroutines that
+// follow l's claim have returned.
+func Following(l *Lease) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		l.watchers.Wait()
+		close(c)
+	}()
+	return c
+}
