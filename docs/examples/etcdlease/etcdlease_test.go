@@ -205,3 +205,36 @@ func TestLockKeptThroughCompaction(t *testing.T) {
 	err := checkLost(t, l.Signal(), hang, lockName, etcdlease.ErrKeyDeleted, "deleted")
 	checkUnlockAfterLoss(t, l, err)
 }
+
+// The cause a lease reports when the end of its session reaches it before
+// the watch reports anything is what etcd says of the session's etcd lease.
+// After a revocation that order is rare: etcd publishes the deletion of the
+// key at once, and the session learns of the revocation at its next
+// keepalive, a third of its TTL later at most. It happens when the holder's
+// goroutine finds both ready, or when the watch resumes after a reconnection
+// later than the keepalive; the test asks for the cause after each way a
+// session ends.
+func TestSessionEndedCause(t *testing.T) {
+	t.Parallel()
+	srv, op := startEtcdWithOp(t)
+	for _, tc := range []struct {
+		name  string
+		end   func(t *testing.T, s *concurrency.Session)
+		want  error
+		words string
+	}{
+		{"revoked", func(t *testing.T, s *concurrency.Session) { revoke(t, op, s) },
+			etcdlease.ErrSessionExpired, "etcd has no lease"},
+		{"orphaned", func(t *testing.T, s *concurrency.Session) { s.Orphan() },
+			etcdlease.ErrSessionClosed, "stopped renewing"},
+		{"client closed", func(t *testing.T, s *concurrency.Session) { s.Client().Close() },
+			etcdlease.ErrClusterLost, "was closed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSession(t, srv)
+			tc.end(t, s)
+			waitFor(t, s.Done(), hang, "the session to end")
+			checkCause(t, etcdlease.SessionEnded(t.Context(), s), tc.want, tc.words)
+		})
+	}
+}

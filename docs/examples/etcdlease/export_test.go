@@ -23,3 +23,9 @@ func Following(l *Lease) <-chan struct{} {
 	}()
 	return c
 }
+
+// SessionEnded returns the cause a lease of session s reports when it learns
+// that s ended before its watch reports anything.
+func SessionEnded(ctx context.Context, s *concurrency.Session) error {
+	return new(Lease).sessionEnded(ctx, s)
+}

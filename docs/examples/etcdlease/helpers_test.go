@@ -175,6 +175,17 @@ func checkLoss(t *testing.T, err error, subject string, want error, words string
 	if le.Subject() != subject {
 		t.Errorf("Subject() = %q, want %q", le.Subject(), subject)
 	}
+	checkCause(t, err, want, words)
+}
+
+// checkCause checks that err, matched through a wrap, has the cause want
+// and no other cause the package reports, and that its message says words.
+func checkCause(t *testing.T, err error, want error, words string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("err = nil, want one that matches %v", want)
+	}
+	wrapped := fmt.Errorf("copy: %w", err)
 	if !errors.Is(wrapped, want) {
 		t.Errorf("Err() = %v, want one that matches %v", err, want)
 	}
