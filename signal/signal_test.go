@@ -256,6 +256,8 @@ func TestErrImpliesDoneClosed(t *testing.T) {
 		go func() { <-start; c.Lose(errRefused) }()
 		close(start)
 		for sig.Err() == nil {
+			// Let the loser run even where this goroutine has the only P.
+			runtime.Gosched()
 		}
 		if !isClosed(done) {
 			t.Fatal("Err() returned the loss while Done() was still open")
