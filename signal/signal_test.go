@@ -365,15 +365,30 @@ func TestAfterLoss(t *testing.T) {
 			}
 		})
 	})
-	t.Run("runs in its own goroutine", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			c := controller.New("orders")
-			inCallback := make(chan struct{})
-			c.Signal().AfterLoss(func() { close(inCallback) })
-			c.Lose(nil)
-			<-inCallback // would deadlock if Lose called f on its own goroutine before returning and f blocked
+	// f waits until the call that starts it has returned: a call that ran f
+	// on its own goroutine would never return, and synctest reports the
+	// deadlock.
+	for _, tc := range []struct {
+		name      string
+		lostFirst bool
+	}{
+		{"Lose starts it in its own goroutine", false},
+		{"AfterLoss on a lost lease starts it in its own goroutine", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := controller.New("orders")
+				if tc.lostFirst {
+					c.Lose(nil)
+				}
+				returned, ran := make(chan struct{}), make(chan struct{})
+				c.Signal().AfterLoss(func() { <-returned; close(ran) })
+				c.Lose(nil) // does nothing when lostFirst
+				close(returned)
+				<-ran
+			})
 		})
-	})
+	}
 }
 
 // Rule 9: the context is done when the parent is done or the lease is lost.
