@@ -238,3 +238,35 @@ func TestSessionEndedCause(t *testing.T) {
 		})
 	}
 }
+
+// What happens to a claim between its grant and the start of the watch is
+// not missed: the watch starts at the revision after the grant.
+func TestLostBetweenGrantAndWatch(t *testing.T) {
+	t.Parallel()
+	srv, op := startEtcdWithOp(t)
+	for _, tc := range []struct {
+		name  string
+		lose  func(t *testing.T, s *concurrency.Session, key string)
+		want  error
+		words string
+	}{
+		{"key deleted", func(t *testing.T, s *concurrency.Session, key string) { deleteKey(t, op, key) },
+			etcdlease.ErrKeyDeleted, "deleted"},
+		{"session revoked", func(t *testing.T, s *concurrency.Session, key string) { revoke(t, op, s) },
+			etcdlease.ErrSessionExpired, "etcd has no lease"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSession(t, srv)
+			m := concurrency.NewMutex(s, lockName)
+			if err := m.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			granted, owner := m.Header().Revision, m.IsOwner()
+			tc.lose(t, s, m.Key())
+
+			l := etcdlease.StartAt(s, lockName, m.Key(), owner.GetCompare().GetCreateRevision(), granted, m.Unlock)
+			err := checkLost(t, l.Signal(), hang, lockName, tc.want, tc.words)
+			checkUnlockAfterLoss(t, l, err)
+		})
+	}
+}
