@@ -12,7 +12,8 @@
 //     its lease ([ErrSessionExpired]), or its owner closed it
 //     ([ErrSessionClosed]);
 //   - a watch on the holder's key, from the revision the claim was granted
-//     at, reports the key deleted ([ErrKeyDeleted], or [ErrSessionExpired]
+//     at (or, if etcd compacted that revision, from a read of the key),
+//     reports the key deleted ([ErrKeyDeleted], or [ErrSessionExpired]
 //     when etcd deleted it with the session's lease) or put again bound to
 //     another etcd lease ([ErrKeyTakenOver]);
 //   - the watch ends, its member loses its leader, or the client's
