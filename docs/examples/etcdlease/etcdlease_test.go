@@ -32,6 +32,7 @@ func TestLockLostWhenSessionRevoked(t *testing.T) {
 	err := checkLost(t, sig, 200*time.Millisecond, lockName, etcdlease.ErrSessionExpired, "revoked")
 
 	next := checkNext(t, second, first, "second holder")
+	checkFenced(t, op, first, next)
 	checkRelease(t, "second holder's Unlock", next.Unlock)
 	// A release after the loss cleans up in etcd and keeps the loss.
 	checkUnlockAfterLoss(t, first, err)

@@ -358,3 +358,27 @@ func checkNext(t *testing.T, c <-chan claimed, first *etcdlease.Lease, who strin
 	}
 	return next
 }
+
+// checkFenced checks that a write inside etcd guarded by a lease's fencing
+// token, clientv3.Compare(clientv3.CreateRevision(l.Key()), "=",
+// l.Revision()), is refused for first, which lost the lock, and done for
+// next, which holds it.
+func checkFenced(t *testing.T, op *clientv3.Client, first, next *etcdlease.Lease) {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		l    *etcdlease.Lease
+		want bool
+	}{{"first", first, false}, {"next", next, true}} {
+		resp, err := op.Txn(t.Context()).
+			If(clientv3.Compare(clientv3.CreateRevision(c.l.Key()), "=", c.l.Revision())).
+			Then(clientv3.OpPut("/fenced/"+c.name, "")).
+			Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Succeeded != c.want {
+			t.Errorf("the %s holder's guarded write: Succeeded = %v, want %v", c.name, resp.Succeeded, c.want)
+		}
+	}
+}
