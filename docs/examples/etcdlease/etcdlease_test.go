@@ -271,3 +271,27 @@ func TestLostBetweenGrantAndWatch(t *testing.T) {
 		})
 	}
 }
+
+// etcd's election does not notice that a waiting candidate's own key was
+// deleted: its Campaign returns once the leaders before it are gone. The
+// lease follows the key from the candidate's put, so it is lost as soon as
+// it is made.
+func TestCampaignLostWhenKeyDeletedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	srv, op := startEtcdWithOp(t)
+	s1, s2 := newSession(t, srv), newSession(t, srv)
+
+	leader := mustCampaign(t, s1, electionName, "first")
+	second := claimBehind(t, op, leader, electionName, s2, func(ctx context.Context) (*etcdlease.Lease, error) {
+		return etcdlease.Campaign(ctx, s2, electionName, "second")
+	})
+	deleteKey(t, op, sessionKey(electionName, s2))
+	checkRelease(t, "first leader's Resign", leader.Resign)
+
+	r := waitFor(t, second, hang, "the second candidate's Campaign to return")
+	if r.err != nil {
+		t.Fatalf("second candidate's Campaign: %v", r.err)
+	}
+	err := checkLost(t, r.lease.Signal(), hang, electionName, etcdlease.ErrKeyDeleted, "deleted")
+	checkUnlockAfterLoss(t, r.lease, err)
+}
