@@ -54,7 +54,9 @@ func Lock(ctx context.Context, s *concurrency.Session, key string) (*Lease, erro
 // lease of that leadership. The signal's subject is election.
 //
 // ctx bounds the campaign only; the lease lasts until it is lost or
-// resigned.
+// resigned. etcd's election does not notice that a waiting candidate's own
+// key was deleted: the lease follows the key from the candidate's put, and
+// is then lost as soon as it is made.
 func Campaign(ctx context.Context, s *concurrency.Session, election, value string) (*Lease, error) {
 	e := concurrency.NewElection(s, election)
 	if err := e.Campaign(ctx, value); err != nil {
