@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/zukhruf/lease/controller"
 	"github.com/zukhruf/lease/lost"
@@ -514,4 +516,47 @@ func TestAnyLostLeavesOtherSources(t *testing.T) {
 		t.Errorf("heap grew by %d bytes after the loss of one source, want at most %d: the live source keeps the merged signals", growth, bound)
 	}
 	runtime.KeepAlive(liveSrc)
+}
+
+// A source lost while Any is still registering on the later sources takes
+// the merged signal off those Any has reached; Any must take it off the ones
+// it reaches after, or a live source keeps the lost merged signal for ever.
+// Many copies of one long-lived source make Any's loop long, and the loss
+// comes a little later in each round, so that in some rounds it falls inside
+// the loop. A pass proves nothing about the rounds where it did not; a
+// failure is always the bug.
+func TestAnyLostWhileAnyRegisters(t *testing.T) {
+	const rounds, copies = 200, 500
+	long := controller.New("leader")
+	sigs := make([]*signal.Signal, 1+copies)
+	for i := 1; i < len(sigs); i++ {
+		sigs[i] = long.Signal()
+	}
+	for round := range rounds {
+		c := controller.New("orders")
+		sigs[0] = c.Signal()
+		var start atomic.Bool
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for !start.Load() {
+				runtime.Gosched()
+			}
+			for range round * 4 {
+				runtime.Gosched()
+			}
+			c.Lose(errRefused)
+		})
+		merged := func() weak.Pointer[signal.Signal] {
+			start.Store(true)
+			m, _ := signal.Any(sigs...) // not released: the loss must be enough
+			return weak.Make(m)
+		}()
+		wg.Wait()
+		// Lose and Any have returned, and they start nothing that runs on.
+		runtime.GC()
+		if merged.Value() != nil {
+			t.Fatalf("round %d: a live source keeps a merged signal that was lost while Any registered it", round)
+		}
+	}
+	runtime.KeepAlive(long)
 }
