@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"runtime"
@@ -288,6 +289,7 @@ const wakers = 10_000
 // Wake: 10,000 goroutines wait on Done; the time is from the loss until the
 // last of them has woken.
 func BenchmarkWake(b *testing.B) {
+	stacks := make([]byte, 64<<20)
 	wake := func(b *testing.B, newSignal func() (done func() <-chan struct{}, lose func())) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -305,8 +307,7 @@ func BenchmarkWake(b *testing.B) {
 				}()
 			}
 			started.Wait()
-			// Let the last of them reach the receive and park.
-			runtime.Gosched()
+			waitParked(wakers, stacks)
 			b.StartTimer()
 			lose()
 			woke.Wait()
@@ -330,6 +331,20 @@ func BenchmarkWake(b *testing.B) {
 			return s.Done, func() { s.Lose(errCause) }
 		})
 	})
+}
+
+// waitParked returns once at least n goroutines are parked in a channel
+// receive, as the goroutine dump shows them, so that Wake times only the
+// wake-up of sleeping waiters and not the last of them reaching the receive.
+// buf holds the dump.
+func waitParked(n int, buf []byte) {
+	for {
+		dump := buf[:runtime.Stack(buf, true)]
+		if bytes.Count(dump, []byte(" [chan receive")) >= n {
+			return
+		}
+		runtime.Gosched()
+	}
 }
 
 const held = 1_000_000

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -49,6 +50,13 @@ func markedSites(t *testing.T, dirs ...string) []site {
 					sites = append(sites, site{filepath.Base(f), i + 1, m[1]})
 				}
 			}
+		}
+	}
+	// Without marked calls of both methods the checks below would pass
+	// having checked nothing.
+	for _, callee := range []string{"signal.(*Signal).Err", "signal.(*Signal).Done"} {
+		if !slices.ContainsFunc(sites, func(s site) bool { return s.callee == callee }) {
+			t.Fatalf("no call marked // inlined: %s in %v", callee, dirs)
 		}
 	}
 	return sites
