@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"weak"
 
 	"github.com/zukhruf/lease/controller"
 	"github.com/zukhruf/lease/lost"
@@ -540,5 +541,42 @@ func TestLoseSynchronizesBefore(t *testing.T) {
 				t.Errorf("observer read %d after the loss, want 42", got)
 			}
 		})
+	}
+}
+
+// A lease lost while Context registers a context on it must not stay
+// registered on the context's long-lived parent. The loss comes after a
+// delay that cycles through the rounds, so that in some rounds it falls
+// between Context's look at the lease and its registration there. A pass proves nothing about
+// the rounds where it did not; a failure is always the bug.
+func TestContextLostWhileContextRegisters(t *testing.T) {
+	const rounds = 300
+	parent, cancelParent := context.WithCancel(context.Background())
+	defer cancelParent()
+	for round := range rounds {
+		var start atomic.Bool
+		var wg sync.WaitGroup
+		lease := func() weak.Pointer[controller.Controller] {
+			c := controller.New("orders")
+			wg.Go(func() {
+				for !start.Load() {
+					runtime.Gosched()
+				}
+				for range round % 16 {
+					runtime.Gosched()
+				}
+				c.Lose(errRefused)
+			})
+			start.Store(true)
+			_, cancel := c.Signal().Context(parent)
+			_ = cancel // not called: the loss is enough
+			return weak.Make(c)
+		}()
+		wg.Wait()
+		// Lose and Context have returned, and they start nothing that runs on.
+		runtime.GC()
+		if lease.Value() != nil {
+			t.Fatalf("round %d: a live parent keeps a lease lost while Context registered on it", round)
+		}
 	}
 }
