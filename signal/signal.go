@@ -95,8 +95,10 @@ func (s *Signal) AfterLoss(f func()) (stop func() bool) {
 // Context is how a holder gives its lease to every call that takes a
 // context: a request made with it is cut when the lease is lost.
 //
-// The context starts no goroutine while it and the lease live. Canceling it
-// removes its registration from the signal, and so does the end of parent;
+// When parent was made by package context (or is Background), the context
+// starts no goroutine while it and the lease live; like [context.AfterFunc],
+// it may start one to watch a parent of another type. Canceling it removes
+// its registration from the signal, and so does the end of parent;
 // as with [context.WithCancel], call cancel as soon as the work done under
 // the context is complete.
 //

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 	"weak"
 
 	"github.com/zukhruf/lease/controller"
@@ -228,7 +229,11 @@ func TestConcurrentLoseAndEnd(t *testing.T) {
 			}
 		} else {
 			le := wantLost(t, sig, "orders", causes[winner])
-			<-callbackDone
+			select {
+			case <-callbackDone:
+			case <-time.After(time.Minute): // a guard against a hang, not a timing
+				t.Fatal("the AfterLoss callback never ran after the loss")
+			}
 			if cause := context.Cause(ctx); cause != le {
 				t.Errorf("context.Cause(ctx) = %v, want %v", cause, le)
 			}

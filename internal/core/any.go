@@ -16,7 +16,7 @@ import (
 // cannot matter: at release, at the merged lease's loss, and, one by one, as
 // each source ends.
 type merged struct {
-	Lease          // first, so that &m.Lease keeps m alive
+	Lease          // the merged lease itself; &m.Lease is what Any returns
 	srcs  []waiter // one per source, all in one allocation
 }
 

@@ -74,7 +74,7 @@ func (l *Lease) Subject() string { return l.subject }
 // with the mutex held, and Err in that short window waits for the mutex.
 // Only the live state is checked inline: it is the one a holder's loop sees
 // on every write, and a second branch would push Err over the compiler's
-// inlining budget. The other states cost a call but take no lock.
+// inlining budget. Lost and ended cost a call but take no lock.
 func (l *Lease) Err() error {
 	if l.state.load() != stateLive {
 		return l.errNotLive()
@@ -102,6 +102,8 @@ func (l *Lease) makeDone() chan struct{} {
 		return c
 	}
 	if l.state.load() == stateLost {
+		// Kept, so that later calls take the fast path.
+		l.storeDone(closedchan)
 		return closedchan
 	}
 	c := make(chan struct{})
@@ -191,11 +193,17 @@ func (l *Lease) AfterLoss(f func()) (stop func() bool) {
 // cause.
 func (l *Lease) WithCancel(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
+	if ctx.Err() != nil {
+		// The parent has ended: nothing to register, and no AfterFunc
+		// goroutine to start for nothing.
+		return ctx, func() { cancel(context.Canceled) }
+	}
 	w := &waiter{lease: l, cancel: cancel}
 	if parent.Done() != nil && l.state.load() == stateLive {
 		// When the parent ends the context, the registration goes too, so a
-		// long-lived lease does not keep dead contexts. The goroutine that
-		// context.AfterFunc starts runs only then, never while both live.
+		// long-lived lease does not keep dead contexts. For a parent made by
+		// package context, the goroutine that context.AfterFunc starts runs
+		// only then, never while both live.
 		// It is set up before w is shared so that Lose finds it and takes it
 		// off the parent.
 		w.stopParent = context.AfterFunc(parent, func() { w.stop() })
