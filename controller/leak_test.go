@@ -173,3 +173,24 @@ func useLease(finish func(*controller.Controller), parent context.Context) weak.
 	cancel()
 	return weak.Make(c)
 }
+
+// A holder that never cancels a context made from a long-lived parent keeps
+// that context alive, as with context.WithCancel; once the lease has ended,
+// the parent must not keep the lease too.
+func TestEndedLeaseNotKeptByParent(t *testing.T) {
+	parent, cancelParent := context.WithCancel(context.Background())
+	defer cancelParent()
+	p := func() weak.Pointer[controller.Controller] {
+		c := controller.New("orders")
+		ctx, _ := c.Signal().Context(parent) // the cancel func is dropped on purpose
+		c.End()
+		if ctx.Err() != nil {
+			t.Errorf("ctx.Err() = %v after End, want nil", ctx.Err())
+		}
+		return weak.Make(c)
+	}()
+	if !collected(p) {
+		t.Error("the ended lease is still reachable from the parent of a context made from it")
+	}
+	runtime.KeepAlive(parent)
+}

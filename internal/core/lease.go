@@ -161,19 +161,34 @@ func (l *Lease) lose(cause error, err *lost.Error) bool {
 // End ends a live lease and reports whether this call ended it.
 func (l *Lease) End() bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.state.load() != stateLive {
+		l.mu.Unlock()
 		return false
 	}
 	l.state.store(stateEnded)
 	// Drop every registration and what it holds, even where the holder keeps
-	// its stop func: nothing can fire any more.
-	for w := l.waiters; w != nil; {
+	// its stop func: nothing can fire any more. The links are kept for the
+	// walk below; as in Lose, a concurrent stop leaves an ended lease's
+	// waiters alone.
+	first := l.waiters
+	l.waiters = nil
+	for w := first; w != nil; w = w.next {
+		w.prev, w.f, w.cancel, w.linked = nil, nil, nil, false
+	}
+	l.mu.Unlock()
+
+	// A context's registration on its parent only served to take it off
+	// this lease; without it the parent would keep the lease until the
+	// holder cancels the context. It is stopped outside the mutex, since it
+	// takes the parent's.
+	for w := first; w != nil; {
 		next := w.next
-		w.unlink()
+		w.next = nil
+		if w.stopParent != nil {
+			w.stopParent()
+		}
 		w = next
 	}
-	l.waiters = nil
 	return true
 }
 
