@@ -55,6 +55,26 @@ func (w *waiter) unlink() {
 	w.prev, w.next, w.f, w.cancel, w.linked = nil, nil, nil, nil, false
 }
 
+// detach clears w's links and what it would call, and returns them. Lose and
+// End call it without the mutex, on waiters they have taken off a lease that
+// is no longer live: a concurrent stop sees the state and leaves them alone.
+func (w *waiter) detach() (next *waiter, f func(), cancel context.CancelCauseFunc) {
+	next, f, cancel = w.next, w.f, w.cancel
+	w.prev, w.next, w.f, w.cancel = nil, nil, nil, nil
+	return next, f, cancel
+}
+
+// stopParentRegistration takes a context's registration off its parent
+// once the lease is lost or ended: it only served to take the context off
+// the lease, and would otherwise keep the context and the lease for as long
+// as the parent lives. It runs without the mutex, since it takes the
+// parent's.
+func (w *waiter) stopParentRegistration() {
+	if w.stopParent != nil {
+		w.stopParent()
+	}
+}
+
 // closedchan is returned by Done when the lease was lost before anyone asked
 // for the channel, so that such a loss makes no channel.
 var closedchan = make(chan struct{})
@@ -137,22 +157,14 @@ func (l *Lease) lose(cause error, err *lost.Error) bool {
 	l.waiters = nil
 	l.mu.Unlock()
 
-	// The waiters are detached and the state is lost, so a concurrent stop
-	// leaves them alone: the links are ours to read without the mutex.
 	for w != nil {
-		next, f, cancel := w.next, w.f, w.cancel
-		w.prev, w.next, w.f, w.cancel = nil, nil, nil, nil
+		next, f, cancel := w.detach()
 		if cancel != nil {
 			cancel(err)
-			// The context is done: its registration on a long-lived parent
-			// would otherwise keep it, and this lease, until the parent
-			// ends, where context.WithCancel lets a cancelled child go.
-			if w.stopParent != nil {
-				w.stopParent()
-			}
 		} else {
 			go f()
 		}
+		w.stopParentRegistration()
 		w = next
 	}
 	return true
@@ -166,27 +178,15 @@ func (l *Lease) End() bool {
 		return false
 	}
 	l.state.store(stateEnded)
-	// Drop every registration and what it holds, even where the holder keeps
-	// its stop func: nothing can fire any more. The links are kept for the
-	// walk below; as in Lose, a concurrent stop leaves an ended lease's
-	// waiters alone.
-	first := l.waiters
+	w := l.waiters
 	l.waiters = nil
-	for w := first; w != nil; w = w.next {
-		w.prev, w.f, w.cancel, w.linked = nil, nil, nil, false
-	}
 	l.mu.Unlock()
 
-	// A context's registration on its parent only served to take it off
-	// this lease; without it the parent would keep the lease until the
-	// holder cancels the context. It is stopped outside the mutex, since it
-	// takes the parent's.
-	for w := first; w != nil; {
-		next := w.next
-		w.next = nil
-		if w.stopParent != nil {
-			w.stopParent()
-		}
+	// Drop every registration and what it holds, even where the holder
+	// keeps its stop func: nothing can fire any more.
+	for w != nil {
+		next, _, _ := w.detach()
+		w.stopParentRegistration()
 		w = next
 	}
 	return true
