@@ -66,26 +66,14 @@ func TestHTTPCutByLoss(t *testing.T) {
 	}{
 		{"lost before the request", func(ctx context.Context, lose func()) error {
 			lose()
-			return get(ctx, srv, "/headers")
+			return getThen(ctx, srv, "/headers", nil)
 		}},
 		{"lost while waiting for the response", func(ctx context.Context, lose func()) error {
 			go func() { <-handling; lose() }()
-			return get(ctx, srv, "/headers")
+			return getThen(ctx, srv, "/headers", nil)
 		}},
 		{"lost while reading the body", func(ctx context.Context, lose func()) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/body", nil)
-			if err != nil {
-				return err
-			}
-			resp, err := srv.Client().Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			<-handling
-			lose()
-			_, err = io.ReadAll(resp.Body)
-			return err
+			return getThen(ctx, srv, "/body", func() { <-handling; lose() })
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,7 +114,9 @@ func TestHTTPCutByLoss(t *testing.T) {
 	}
 }
 
-func get(ctx context.Context, srv *httptest.Server, path string) error {
+// getThen gets path and reads the body, calling beforeBody, if not nil,
+// once the response has arrived and before its body is read.
+func getThen(ctx context.Context, srv *httptest.Server, path string, beforeBody func()) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
 	if err != nil {
 		return err
@@ -136,6 +126,9 @@ func get(ctx context.Context, srv *httptest.Server, path string) error {
 		return err
 	}
 	defer resp.Body.Close()
+	if beforeBody != nil {
+		beforeBody()
+	}
 	_, err = io.ReadAll(resp.Body)
 	return err
 }
