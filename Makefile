@@ -7,8 +7,9 @@ GO       ?= go
 FUZZTIME ?= 60s
 
 TEST_STEPS :=
+E2E_STEPS  :=
 
-.PHONY: all test demo vet unit
+.PHONY: all test demo vet unit e2e
 
 all: test
 
@@ -27,3 +28,7 @@ unit:
 ## HTTP until its issuer loses the lease, then a run where it releases it.
 demo:
 	$(GO) run ./docs/examples/copyrows
+
+## e2e: the issuers' tests against real servers (each mk/*.mk adds its
+## issuer through E2E_STEPS); .ci/run calls it after `make test`.
+e2e: $(E2E_STEPS)

@@ -6,11 +6,13 @@
 
 ETCD_EXAMPLE := docs/examples/etcdlease
 
-.PHONY: e2e demo-etcd
+.PHONY: e2e-etcd demo-etcd
 
-## e2e: vet the etcd example and run its tests, against embedded etcd
+E2E_STEPS += e2e-etcd
+
+## e2e-etcd: vet the etcd example and run its tests, against embedded etcd
 ## servers, under the race detector.
-e2e:
+e2e-etcd:
 	cd $(ETCD_EXAMPLE) && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## demo-etcd: two holders contend for one lock on an embedded etcd server;
