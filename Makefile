@@ -8,8 +8,9 @@ FUZZTIME ?= 60s
 
 TEST_STEPS :=
 E2E_STEPS  :=
+FAULTS_STEPS :=
 
-.PHONY: all test demo vet unit e2e
+.PHONY: all test demo vet unit e2e faults
 
 all: test
 
@@ -32,3 +33,7 @@ demo:
 ## e2e: the issuers' tests against real servers (each mk/*.mk adds its
 ## issuer through E2E_STEPS); .ci/run calls it after `make test`.
 e2e: $(E2E_STEPS)
+
+## faults: the issuers' long fault trials (at least 30 per fault), which
+## write their tables into each issuer's README; not part of `make test`.
+faults: $(FAULTS_STEPS)
