@@ -1,0 +1,281 @@
+// Package faulttrial keeps the book of an issuer's fault trials: for each
+// fault and each trial, whether holder A was lost, whether a waiting holder
+// B was granted, the overlap between the two, and how long A took to learn;
+// it checks each trial against what the fault must show and writes the
+// figures as a Markdown table.
+//
+// The overlap is the time A's Done closed minus the time B was granted: a
+// positive overlap is a time when two holders each believed they held the
+// lease, which an issuer must never allow.
+package faulttrial
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Want is what every trial of a fault must show.
+type Want uint8
+
+const (
+	// NoOverlap: A is lost, and if B is granted, no later than B's grant.
+	NoOverlap Want = iota
+	// NoLoss: a benign fault; A is not lost and B is not granted.
+	NoLoss
+	// LossNeeded: A must be lost although B may never be granted, as when
+	// only the server's replies are dropped: the server still hears A, but
+	// A can no longer know it. Such a loss is a false loss by necessity; if
+	// B is granted, the overlap must not be positive.
+	LossNeeded
+)
+
+func (w Want) String() string {
+	switch w {
+	case NoOverlap:
+		return "A lost no later than B's grant"
+	case NoLoss:
+		return "A not lost"
+	case LossNeeded:
+		return "A lost (false loss by necessity)"
+	}
+	return fmt.Sprintf("Want(%d)", uint8(w))
+}
+
+// A Fault is one row of the book: a name and what its trials must show.
+type Fault struct {
+	Name string
+	Want Want
+}
+
+// A Trial is what one run of a fault showed.
+type Trial struct {
+	Lost      bool          // A's signal was lost
+	Granted   bool          // B was granted
+	Overlap   time.Duration // A's Done minus B's grant, when Lost and Granted
+	Detection time.Duration // from the fault to A's Done, when Lost
+	Cause     string        // A's error, when Lost
+}
+
+// falseLoss reports whether A was lost while nobody else was granted.
+func (t Trial) falseLoss() bool { return t.Lost && !t.Granted }
+
+// violation says what is wrong with t for want, or "" if nothing is.
+func (t Trial) violation(want Want) string {
+	switch {
+	case want == NoLoss && t.Lost:
+		return fmt.Sprintf("A was lost by a benign fault: %s", t.Cause)
+	case want == NoLoss && t.Granted:
+		return "B was granted during a benign fault"
+	case !t.Lost && t.Granted:
+		return "B was granted and A was never lost"
+	case !t.Lost && want != NoLoss:
+		return "A was never lost"
+	case t.Granted && t.Overlap > 0:
+		return fmt.Sprintf("A was lost %v after B was granted (%s)", t.Overlap, t.Cause)
+	}
+	return ""
+}
+
+// A Book records trials. Its zero value is an empty book ready to use; it
+// is safe for concurrent use.
+type Book struct {
+	mu     sync.Mutex
+	faults []Fault // in the order first added
+	trials map[string][]Trial
+}
+
+// Add records one trial of f. A fault's name names one row; adding it
+// again with another Want panics.
+func (b *Book) Add(f Fault, t Trial) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.trials == nil {
+		b.trials = make(map[string][]Trial)
+	}
+	i := slices.IndexFunc(b.faults, func(g Fault) bool { return g.Name == f.Name })
+	switch {
+	case i < 0:
+		b.faults = append(b.faults, f)
+	case b.faults[i].Want != f.Want:
+		panic(fmt.Sprintf("faulttrial: Add called for %q with %v, recorded before with %v", f.Name, f.Want, b.faults[i].Want))
+	}
+	b.trials[f.Name] = append(b.trials[f.Name], t)
+}
+
+// Check reports, through t.Errorf, every trial that does not show what its
+// fault must.
+func (b *Book) Check(t testing.TB) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, f := range b.faults {
+		for i, tr := range b.trials[f.Name] {
+			if v := tr.violation(f.Want); v != "" {
+				t.Errorf("%s, trial %d of %d: %s", f.Name, i+1, len(b.trials[f.Name]), v)
+			}
+		}
+	}
+}
+
+// Table returns the book as a Markdown table, one row a fault, followed by
+// the machine and the command that made it.
+func (b *Book) Table(command string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var w bytes.Buffer
+	w.WriteString("| fault | must hold | trials | A lost | B granted | overlap, max | overlap, median | detection, median | false losses | violations | A's cause (first trial lost) |\n")
+	w.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, f := range b.faults {
+		trials := b.trials[f.Name]
+		var lost, granted, falseLosses, violations int
+		var overlaps, detections []time.Duration
+		cause := ""
+		for _, t := range trials {
+			if t.Lost {
+				lost++
+				detections = append(detections, t.Detection)
+				if cause == "" {
+					cause = t.Cause
+				}
+			}
+			if t.Granted {
+				granted++
+				if t.Lost {
+					overlaps = append(overlaps, t.Overlap)
+				}
+			}
+			if t.falseLoss() {
+				falseLosses++
+			}
+			if t.violation(f.Want) != "" {
+				violations++
+			}
+		}
+		fmt.Fprintf(&w, "| %s | %s | %d | %d | %d | %s | %s | %s | %d | %d | %s |\n",
+			f.Name, f.Want, len(trials), lost, granted,
+			maxOf(overlaps), median(overlaps), median(detections),
+			falseLosses, violations, cell(cause))
+	}
+	fmt.Fprintf(&w, "\nMachine: %s. Command: `%s`, %s.\n", Machine(), command, time.Now().UTC().Format("2006-01-02"))
+	return w.String()
+}
+
+func maxOf(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "–"
+	}
+	return ms(slices.Max(ds))
+}
+
+func median(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "–"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return ms(s[n/2])
+	}
+	return ms((s[n/2-1] + s[n/2]) / 2)
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%+.0f ms", float64(d)/float64(time.Millisecond))
+}
+
+// cell makes s fit one table cell: one line, no pipe, at most 160 bytes.
+func cell(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	s = strings.ReplaceAll(s, "|", `\|`)
+	if len(s) > 160 {
+		s = s[:157] + "..."
+	}
+	return s
+}
+
+// Machine names the machine the trials ran on: the processor, its cores,
+// the system and the Go release.
+func Machine() string {
+	model := "unknown processor"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d cores, %s/%s, %s", model, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+const (
+	begin = "<!-- faults:begin -->"
+	end   = "<!-- faults:end -->"
+)
+
+// WriteTable replaces the text between the lines "<!-- faults:begin -->"
+// and "<!-- faults:end -->" of the file readme with table.
+func WriteTable(readme, table string) error {
+	b, err := os.ReadFile(readme)
+	if err != nil {
+		return fmt.Errorf("faulttrial: %w", err)
+	}
+	s := string(b)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		return fmt.Errorf("faulttrial: %s has no %q line followed by a %q line", readme, begin, end)
+	}
+	s = s[:i+len(begin)] + "\n" + strings.TrimSpace(table) + "\n" + s[j:]
+	if err := os.WriteFile(readme, []byte(s), 0o644); err != nil {
+		return fmt.Errorf("faulttrial: %w", err)
+	}
+	return nil
+}
+
+// A Stamp records the time a channel closes.
+type Stamp struct {
+	once sync.Once
+	stop chan struct{}
+	done chan struct{}
+	at   time.Time
+	ok   bool
+}
+
+// StampWhen starts watching done, in a goroutine that returns when done
+// closes or when [Stamp.Stop] is called.
+func StampWhen(done <-chan struct{}) *Stamp {
+	s := &Stamp{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		select {
+		case <-done:
+			s.at, s.ok = time.Now(), true
+		case <-s.stop:
+			// Both may have closed before this goroutine ran: the
+			// time now is later than the close, never earlier.
+			select {
+			case <-done:
+				s.at, s.ok = time.Now(), true
+			default:
+			}
+		}
+	}()
+	return s
+}
+
+// Stop stops watching and returns the time the channel closed, with ok
+// true, or ok false if it had not closed. Successive calls return the same
+// values.
+func (s *Stamp) Stop() (at time.Time, ok bool) {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+	return s.at, s.ok
+}

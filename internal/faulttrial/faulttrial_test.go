@@ -1,0 +1,145 @@
+package faulttrial_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/zukhruf/lease/internal/faulttrial"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// recorder is a testing.TB that keeps what Errorf was given.
+type recorder struct {
+	testing.TB
+	errors []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, format)
+}
+
+func TestCheck(t *testing.T) {
+	const s = time.Second
+	lostFirst := faulttrial.Trial{Lost: true, Granted: true, Overlap: -s / 2, Detection: s}
+	lostLate := faulttrial.Trial{Lost: true, Granted: true, Overlap: s / 10, Detection: 3 * s}
+	lostAlone := faulttrial.Trial{Lost: true, Detection: s}
+	neverLost := faulttrial.Trial{}
+	grantedOnly := faulttrial.Trial{Granted: true}
+	cases := []struct {
+		name  string
+		want  faulttrial.Want
+		trial faulttrial.Trial
+		fails bool
+	}{
+		{"lost before the grant", faulttrial.NoOverlap, lostFirst, false},
+		{"lost at the grant", faulttrial.NoOverlap, faulttrial.Trial{Lost: true, Granted: true}, false},
+		{"lost after the grant", faulttrial.NoOverlap, lostLate, true},
+		{"lost, nobody granted", faulttrial.NoOverlap, lostAlone, false},
+		{"never lost", faulttrial.NoOverlap, neverLost, true},
+		{"granted, never lost", faulttrial.NoOverlap, grantedOnly, true},
+		{"benign, not lost", faulttrial.NoLoss, neverLost, false},
+		{"benign, lost", faulttrial.NoLoss, lostAlone, true},
+		{"benign, granted", faulttrial.NoLoss, grantedOnly, true},
+		{"needed, lost", faulttrial.LossNeeded, lostAlone, false},
+		{"needed, never lost", faulttrial.LossNeeded, neverLost, true},
+		{"needed, lost after the grant", faulttrial.LossNeeded, lostLate, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var b faulttrial.Book
+			b.Add(faulttrial.Fault{Name: "f", Want: tc.want}, tc.trial)
+			r := &recorder{TB: t}
+			b.Check(r)
+			if got := len(r.errors) > 0; got != tc.fails {
+				t.Errorf("Check reported %d errors for %+v with %v; want a failure: %v", len(r.errors), tc.trial, tc.want, tc.fails)
+			}
+		})
+	}
+}
+
+func TestTable(t *testing.T) {
+	var b faulttrial.Book
+	silent := faulttrial.Fault{Name: "silent network", Want: faulttrial.NoOverlap}
+	blip := faulttrial.Fault{Name: "blip", Want: faulttrial.NoLoss}
+	for _, o := range []time.Duration{-300, -100, -200} {
+		b.Add(silent, faulttrial.Trial{Lost: true, Granted: true, Overlap: o * time.Millisecond, Detection: -o * 10 * time.Millisecond, Cause: "lease lost: k | x\nmore"})
+	}
+	b.Add(blip, faulttrial.Trial{})
+	b.Add(blip, faulttrial.Trial{Lost: true, Detection: time.Second, Cause: "false"})
+	got := b.Table("make faults")
+	for _, want := range []string{
+		"| silent network | A lost no later than B's grant | 3 | 3 | 3 | -100 ms | -200 ms | +2000 ms | 0 | 0 | lease lost: k \\| x more |",
+		"| blip | A not lost | 2 | 1 | 0 | – | – | +1000 ms | 1 | 1 | false |",
+		"Command: `make faults`",
+		"cores",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Table() =\n%s\nwant a line containing\n%s", got, want)
+		}
+	}
+	if i, j := strings.Index(got, "silent network"), strings.Index(got, "| blip"); i > j {
+		t.Errorf("Table() lists the faults out of the order they were added:\n%s", got)
+	}
+}
+
+func TestAddPanicsOnAnotherWant(t *testing.T) {
+	var b faulttrial.Book
+	b.Add(faulttrial.Fault{Name: "f", Want: faulttrial.NoLoss}, faulttrial.Trial{})
+	defer func() {
+		r := recover()
+		if s, _ := r.(string); !strings.HasPrefix(s, "faulttrial: Add") {
+			t.Errorf("recover() = %v, want a panic naming faulttrial: Add", r)
+		}
+	}()
+	b.Add(faulttrial.Fault{Name: "f", Want: faulttrial.NoOverlap}, faulttrial.Trial{})
+}
+
+func TestWriteTable(t *testing.T) {
+	readme := filepath.Join(t.TempDir(), "README.md")
+	const before = "# x\n\nintro\n<!-- faults:begin -->\nold table\n<!-- faults:end -->\nafter\n"
+	if err := os.WriteFile(readme, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := faulttrial.WriteTable(readme, "| new |\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(readme)
+	const want = "# x\n\nintro\n<!-- faults:begin -->\n| new |\n<!-- faults:end -->\nafter\n"
+	if string(got) != want {
+		t.Errorf("README after WriteTable =\n%q\nwant\n%q", got, want)
+	}
+	if err := os.WriteFile(readme, []byte("no markers\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := faulttrial.WriteTable(readme, "t"); err == nil {
+		t.Error("WriteTable on a README without markers returned nil")
+	}
+}
+
+func TestStamp(t *testing.T) {
+	done := make(chan struct{})
+	s := faulttrial.StampWhen(done)
+	before := time.Now()
+	close(done)
+	at, ok := s.Stop()
+	if !ok || at.Before(before) {
+		t.Errorf("Stop() = %v, %v; want a time after %v", at, ok, before)
+	}
+	if at2, ok2 := s.Stop(); at2 != at || ok2 != ok {
+		t.Errorf("second Stop() = %v, %v; want %v, %v", at2, ok2, at, ok)
+	}
+
+	never := faulttrial.StampWhen(make(chan struct{}))
+	if _, ok := never.Stop(); ok {
+		t.Error("Stop() of an open channel reported it closed")
+	}
+}
