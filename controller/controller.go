@@ -8,6 +8,8 @@
 package controller
 
 import (
+	"unsafe"
+
 	"github.com/zukhruf/lease/internal/core"
 	"github.com/zukhruf/lease/signal"
 )
@@ -15,10 +17,10 @@ import (
 // Controller is the issuer's handle on one lease. It is live when made; Lose
 // and End each move it, once, to its final state: lost or ended.
 //
-// Controller and [signal.Signal] are the same value seen from two sides:
-// [Controller.Signal] converts the pointer without allocating, and only
-// packages under github.com/zukhruf/lease can convert back (the shared type
-// is internal), so the holder cannot lose its own lease.
+// A Controller holds its [signal.Signal]: [Controller.Signal] returns a
+// pointer into the Controller, without allocating. Go does not convert a
+// *signal.Signal into a *Controller (each is a struct with an unexported
+// field), so the holder cannot lose or end its own lease.
 //
 // The zero Controller is a live lease on an empty subject, ready to use. A
 // nil *Controller is not valid; its methods panic. A Controller must not be
@@ -29,14 +31,21 @@ import (
 // Done that returns because of it, and every AfterLoss callback it starts.
 //
 // [the Go memory model]: https://go.dev/ref/mem
-type Controller core.Lease
+type Controller struct {
+	s signal.Signal // the only field: a Controller is laid out as its Signal, and so as its Lease
+}
+
+// lease and New convert between a *Controller and the *core.Lease it is laid
+// out as; the constant index below is out of range, and the package does not
+// compile, if Controller grows.
+var _ = [1]struct{}{}[unsafe.Sizeof(Controller{})-unsafe.Sizeof(core.Lease{})]
 
 // New returns a live lease on subject, such as a lock's key or an election's
 // name. The subject is only reported, in [*github.com/zukhruf/lease/lost.Error] and String; the empty
 // subject is allowed and gives the same lease as the zero Controller.
 //
 // New, Signal and End together make one allocation.
-func New(subject string) *Controller { return (*Controller)(core.New(subject)) }
+func New(subject string) *Controller { return (*Controller)(unsafe.Pointer(core.New(subject))) }
 
 // A holder that imports only this package reaches Signal.Err and Signal.Done
 // through Controller.Signal. The compiler re-exports an imported method's
@@ -46,7 +55,9 @@ func New(subject string) *Controller { return (*Controller)(core.New(subject)) }
 // bench/inline_test.go fails without it.
 var _ = func(s *signal.Signal) (<-chan struct{}, error) { return s.Done(), s.Err() }
 
-func (c *Controller) lease() *core.Lease { return (*core.Lease)(c) }
+// lease returns the state machine c is laid out as. Package signal keeps its
+// own field to itself, so the conversion goes through the address.
+func (c *Controller) lease() *core.Lease { return (*core.Lease)(unsafe.Pointer(&c.s)) }
 
 // Signal returns the holder's view of the lease. Successive calls return the
 // same *signal.Signal.
@@ -56,7 +67,7 @@ func (c *Controller) Signal() *signal.Signal {
 		// and the panic would come later, far from the mistake.
 		panic("controller: Signal called on a nil *Controller")
 	}
-	return (*signal.Signal)(c)
+	return &c.s
 }
 
 // Subject returns the subject given to New.
@@ -72,7 +83,14 @@ func (c *Controller) Subject() string { return c.lease().Subject() }
 // After End, Lose returns false and changes nothing, so a loss the issuer
 // sees after the holder released the lease never reaches the holder.
 //
-// Lose never waits for AfterLoss callbacks.
+// A loss is not atomic across the views of the lease. The signal's Err and
+// Done show it first; Lose then cancels each context made by the signal's
+// Context and loses each merged signal from signal.Any registered on it, one
+// after the other, so for a moment a holder may see its signal lost while a
+// context made from it is not yet cancelled. Lose returns only once every
+// one of them is cancelled or lost and every AfterLoss callback is started;
+// it never waits for the callbacks themselves. A Lose that returns false may
+// return before the winning Lose has got that far.
 func (c *Controller) Lose(cause error) bool { return c.lease().Lose(cause) }
 
 // End records that the holder released the lease. It never loses the signal:

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,6 +275,57 @@ func TestVetReportsCopies(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("go vet did not report %q; it said:\n%s", want, out)
 		}
+	}
+}
+
+// TestHolderCannotConvert builds a holder that converts its *signal.Signal,
+// and a merged one from signal.Any, into controllers: the build must fail,
+// and fail on each conversion and on nothing else, so that the split between
+// holder and issuer cannot come back by accident.
+func TestHolderCannotConvert(t *testing.T) {
+	cmd := exec.Command(goTool(t), "build", "-o", os.DevNull, "./testdata/convert")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("a holder that converts its signal into a controller compiled:\n%s", out)
+	}
+	want := []string{
+		"cannot convert sig (variable of type *signal.Signal) to type *controller.Controller",
+		"cannot convert merged (variable of type *signal.Signal) to type *controller.Controller",
+		"cannot convert *sig (variable of struct type signal.Signal) to type controller.Controller",
+	}
+	var errs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			errs = append(errs, line)
+		}
+	}
+	if len(errs) != len(want) {
+		t.Errorf("go build reported %d errors, want %d, one per conversion:\n%s", len(errs), len(want), out)
+	}
+	for _, w := range want {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("go build did not report %q; it said:\n%s", w, out)
+		}
+	}
+}
+
+// TestSignalMethods checks that a *signal.Signal has no method that changes
+// the lease, so that no interface assertion reaches one either.
+func TestSignalMethods(t *testing.T) {
+	var got []string
+	typ := reflect.TypeFor[*signal.Signal]()
+	for i := range typ.NumMethod() {
+		got = append(got, typ.Method(i).Name)
+	}
+	if want := []string{"AfterLoss", "Context", "Done", "Err", "String"}; !slices.Equal(got, want) {
+		t.Errorf("methods of *signal.Signal = %v, want %v", got, want)
+	}
+	var sig any = controller.New("orders").Signal()
+	if _, ok := sig.(interface{ End() bool }); ok {
+		t.Error("a *signal.Signal has End")
+	}
+	if _, ok := sig.(interface{ Lose(error) bool }); ok {
+		t.Error("a *signal.Signal has Lose")
 	}
 }
 

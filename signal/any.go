@@ -8,6 +8,10 @@ import "github.com/zukhruf/lease/internal/core"
 // several leases at once, such as the lock of a key and the leadership of
 // its shard, checks and waits on the one merged signal.
 //
+// "As soon as" is in the order of Lose: the source's own Err and Done show
+// its loss first, and its Lose then loses the merged signal before it
+// returns (see controller.Controller.Lose).
+//
 // If some of sigs are already lost, the merged signal is lost at once, with
 // the error of the first of them in the order given. A signal whose lease
 // was released never loses the merged one. Any of no signal returns a signal
@@ -23,7 +27,9 @@ import "github.com/zukhruf/lease/internal/core"
 // release as soon as the work done under the merged signal is complete;
 // until then, or until one of sigs is lost, every live one of sigs keeps the
 // merged signal in memory. Calls to release after the first do nothing;
-// after a loss, release keeps the loss.
+// after a loss, release keeps the loss. A release that races the loss of a
+// source may end the merged signal first, and then it is never lost: a
+// holder that must know whether a source was lost checks that source.
 //
 // The merged signal's String lists the subjects of sigs; its Err names the
 // subject of the signal that was lost.
@@ -36,5 +42,5 @@ func Any(sigs ...*Signal) (s *Signal, release func()) {
 		}
 	}
 	l, release := core.Any(len(sigs), func(i int) *core.Lease { return sigs[i].lease() })
-	return (*Signal)(l), release
+	return fromLease(l), release
 }

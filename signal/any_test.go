@@ -557,3 +557,42 @@ func TestAnyLostWhileAnyRegisters(t *testing.T) {
 	}
 	runtime.KeepAlive(long)
 }
+
+// A loss is not atomic across views, but Lose returns only once every
+// context made from the signal is cancelled and every merged signal over it
+// lost, each with the loss, nested merges included: nothing after Lose
+// returns waits for them.
+func TestLoseReturnsAfterRegistrations(t *testing.T) {
+	const n = 100
+	c := controller.New("orders")
+	sig := c.Signal()
+	var ctxs []context.Context
+	var merged []*signal.Signal
+	for range n {
+		ctx, cancel := sig.Context(context.Background())
+		defer cancel()
+		ctxs = append(ctxs, ctx)
+		m, release := signal.Any(sig, controller.New("shard").Signal())
+		defer release()
+		mm, release2 := signal.Any(m)
+		defer release2()
+		merged = append(merged, m, mm)
+		mctx, mcancel := mm.Context(context.Background())
+		defer mcancel()
+		ctxs = append(ctxs, mctx)
+	}
+	if !c.Lose(errRefused) {
+		t.Fatal("Lose() = false, want true")
+	}
+	want := lostErr(t, c)
+	for i, ctx := range ctxs {
+		if got := context.Cause(ctx); got != want {
+			t.Fatalf("context %d: Cause() = %v just after Lose returned, want %v", i, got, want)
+		}
+	}
+	for i, m := range merged {
+		if got := m.Err(); got != want {
+			t.Fatalf("merged signal %d: Err() = %v just after Lose returned, want %v", i, got, want)
+		}
+	}
+}

@@ -4,8 +4,9 @@
 // A holder checks [Signal.Err] before each write, waits on [Signal.Done] in a
 // select, hands [Signal.Context] to every call that takes a context, and
 // registers clean-up with [Signal.AfterLoss]. Nothing reachable from a Signal
-// can lose or end it: that power stays with the issuer's
-// controller.Controller, as an AbortSignal's stays with its AbortController.
+// can lose or end it, and no conversion that compiles without package unsafe
+// turns a *Signal into a controller.Controller: that power stays with the
+// issuer, as an AbortSignal's stays with its AbortController.
 //
 // A signal is lost at most once, with a [*github.com/zukhruf/lease/lost.Error]
 // that names the subject and carries the issuer's cause. A release by the
@@ -19,6 +20,7 @@ package signal
 
 import (
 	"context"
+	"unsafe"
 
 	"github.com/zukhruf/lease/internal/core"
 )
@@ -27,9 +29,11 @@ import (
 // and nothing else; only the controller.Controller that issued it can lose
 // or end it.
 //
-// Signal is defined as the internal state machine it views, so that a
-// controller can convert its pointer to a *Signal and back without cost and
-// without giving the holder any method that changes the state.
+// A Signal and the controller.Controller that issued it share one state
+// machine, at one address: the controller hands out a pointer into itself,
+// without allocating. Go does not convert between the two types (each is a
+// struct with an unexported field), so a holder cannot turn its *Signal into
+// anything that loses or ends the lease.
 //
 // The zero Signal is a live lease on an empty subject that is never lost,
 // since no controller holds it: its Err is always nil and its Done never
@@ -43,9 +47,21 @@ import (
 // Done that returns because of it, and every AfterLoss callback it starts.
 //
 // [the Go memory model]: https://go.dev/ref/mem
-type Signal core.Lease
+type Signal struct {
+	l core.Lease // the only field, so that a *Signal and its *core.Lease are one address
+}
 
-func (s *Signal) lease() *core.Lease { return (*core.Lease)(s) }
+// The conversions of fromLease and of package controller need a Signal to be
+// laid out as its Lease: the constant index below is out of range, and the
+// package does not compile, if Signal grows.
+var _ = [1]struct{}{}[unsafe.Sizeof(Signal{})-unsafe.Sizeof(core.Lease{})]
+
+func (s *Signal) lease() *core.Lease { return &s.l }
+
+// fromLease returns the Signal whose Lease is l. Every Lease a Signal views
+// was made as a Lease (by core.New or core.Any), and a Signal is a Lease and
+// nothing more, so the conversion keeps its memory layout.
+func fromLease(l *core.Lease) *Signal { return (*Signal)(unsafe.Pointer(l)) }
 
 // Err returns nil while the lease is held and after the holder released it,
 // and the *lost.Error of the loss once the lease is lost. Successive calls
@@ -55,7 +71,7 @@ func (s *Signal) lease() *core.Lease { return (*core.Lease)(s) }
 // one atomic load, inlined into the caller, and it never allocates. Once Err
 // returns an error, the channel of Done is closed; once Done is closed, Err
 // returns the error.
-func (s *Signal) Err() error { return (*core.Lease)(s).Err() }
+func (s *Signal) Err() error { return s.l.Err() }
 
 // Done returns a channel that is closed when the lease is lost. A release
 // never closes it. Successive calls to Done return the same value.
@@ -63,7 +79,7 @@ func (s *Signal) Err() error { return (*core.Lease)(s).Err() }
 // The channel is made on the first call, so a signal that is never waited on
 // costs no channel. After a loss with no earlier call, Done returns a shared
 // closed channel.
-func (s *Signal) Done() <-chan struct{} { return (*core.Lease)(s).Done() }
+func (s *Signal) Done() <-chan struct{} { return s.l.Done() }
 
 // AfterLoss arranges to call f in its own goroutine after the lease is lost,
 // exactly as [context.AfterFunc] does for a context. If the lease is already
@@ -91,6 +107,8 @@ func (s *Signal) AfterLoss(f func()) (stop func() bool) {
 // the lease is lost, whichever happens first. On a loss, the context's Err
 // is [context.Canceled] and [context.Cause] returns the *lost.Error. A
 // release, or a loss the issuer reports after the release, never cancels it.
+// The context is cancelled just after Err and Done show the loss, before the
+// issuer's Lose returns.
 //
 // Context is how a holder gives its lease to every call that takes a
 // context: a request made with it is cut when the lease is lost.

@@ -15,12 +15,14 @@ import (
 // Lease is the state machine of one lease: live, then lost with a reason or
 // ended, once.
 //
-// signal.Signal and controller.Controller are both defined as Lease
-// (type Signal core.Lease), so a pointer to one converts to a pointer to the
-// other without cost. Only packages that can import this internal package can
-// name Lease, so only package controller can turn a *signal.Signal back into
-// something that loses or ends it; a holder cannot, and no hook or interface
-// is needed, nor a second allocation.
+// signal.Signal is a struct whose only field is a Lease, and
+// controller.Controller a struct whose only field is a Signal, so the three
+// share one address and one allocation: Controller.Signal returns a pointer
+// into the Controller. Go converts between neither pointer type (their
+// unexported fields make the structs distinct), so a holder cannot turn its
+// *signal.Signal into anything that loses or ends it; package controller
+// reaches the Lease through package unsafe, which a compile-time size check
+// in each package keeps valid.
 //
 // The zero Lease is live with an empty subject.
 type Lease struct {
