@@ -1,0 +1,33 @@
+package pglease
+
+import "errors"
+
+// The causes of a loss. A holder's [signal.Signal] reports a loss with a
+// lost.Error that wraps one of these, itself wrapped with what the server or
+// the driver said; match them with [errors.Is].
+var (
+	// ErrTerminated reports that the server ended the lease's backend with a
+	// FATAL error, and freed its lock with it. PostgreSQL sends the same
+	// message, "terminating connection due to administrator command"
+	// (SQLSTATE 57P01), for pg_terminate_backend and for a smart or fast
+	// shutdown or restart: the connection cannot tell them apart. Other FATAL
+	// errors, such as an idle-session timeout (57P05), are reported the same
+	// way, with their own message.
+	ErrTerminated = errors.New("pglease: backend terminated")
+
+	// ErrShutdown reports that the server shut down at once: an immediate
+	// shutdown or restart, or a crash of another server process, each
+	// announced by the backend as it exits (SQLSTATE 57P01 with "immediate
+	// shutdown", 57P02, 57P03).
+	ErrShutdown = errors.New("pglease: server shut down")
+
+	// ErrConnLost reports that the connection to the backend failed or was
+	// closed without a word from the server: the session may have ended,
+	// and nothing would tell the holder if it had.
+	ErrConnLost = errors.New("pglease: connection lost")
+
+	// ErrUnresponsive reports that no heartbeat sent in the last
+	// [Config.Deadline] was confirmed: the session stopped answering, and
+	// the server may soon free its lock without telling it.
+	ErrUnresponsive = errors.New("pglease: session stopped answering")
+)

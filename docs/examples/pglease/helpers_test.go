@@ -1,0 +1,150 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/zukhruf/lease/docs/examples/pglease"
+	"github.com/zukhruf/lease/docs/examples/pglease/internal/pgtest"
+)
+
+// waitTimeout bounds the waits of the tests; it guards against a hang, it is
+// not a measure.
+const waitTimeout = 30 * time.Second
+
+// fast is the configuration of most tests: a loss by silence within a
+// second, and a server that drops a silent session after two.
+var fast = pglease.Config{Heartbeat: 100 * time.Millisecond, Deadline: time.Second, ServerTimeout: 2 * time.Second}
+
+// connect returns a connection to s through addr, closed at the end of the
+// test.
+func connect(t testing.TB, s *pgtest.Server, addr string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	c, err := s.Connect(ctx, addr)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		c.Close(ctx)
+	})
+	return c
+}
+
+// lock takes the lease of subject on c with cfg, failing the test on an error.
+func lock(t testing.TB, cfg pglease.Config, c *pgx.Conn, subject string) *pglease.Lease {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	l, err := cfg.Lock(ctx, c, subject)
+	if err != nil {
+		t.Fatalf("Lock(%q) = %v", subject, err)
+	}
+	return l
+}
+
+// granted is the outcome of a Lock run in the background.
+type granted struct {
+	lease *pglease.Lease
+	err   error
+	at    time.Time // when Lock returned
+}
+
+// lockAsync starts Lock in a goroutine and returns once the server has put
+// its session in the lock's queue.
+func lockAsync(t testing.TB, s *pgtest.Server, admin *pgx.Conn, cfg pglease.Config, c *pgx.Conn, subject string) <-chan granted {
+	t.Helper()
+	ch := make(chan granted, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		l, err := cfg.Lock(ctx, c, subject)
+		ch <- granted{l, err, time.Now()}
+	}()
+	waitWaiting(t, admin, c.PgConn().PID())
+	return ch
+}
+
+// waitWaiting returns once the backend pid waits for an advisory lock.
+func waitWaiting(t testing.TB, admin *pgx.Conn, pid uint32) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		var n int
+		err := admin.QueryRow(context.Background(),
+			"select count(*) from pg_locks where locktype = 'advisory' and not granted and pid = $1", int32(pid)).Scan(&n)
+		if err != nil {
+			t.Fatalf("read pg_locks: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d does not wait for the lock after %v", pid, waitTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// advisoryLocks returns how many advisory locks the server holds or waits for.
+func advisoryLocks(t testing.TB, admin *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := admin.QueryRow(context.Background(), "select count(*) from pg_locks where locktype = 'advisory'").Scan(&n); err != nil {
+		t.Fatalf("read pg_locks: %v", err)
+	}
+	return n
+}
+
+// terminate ends backend pid with pg_terminate_backend.
+func terminate(t testing.TB, admin *pgx.Conn, pid uint32) {
+	t.Helper()
+	var ok bool
+	if err := admin.QueryRow(context.Background(), "select pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	}
+}
+
+// waitLost returns l's loss, failing the test if it does not come.
+func waitLost(t testing.TB, l *pglease.Lease) error {
+	t.Helper()
+	select {
+	case <-l.Signal().Done():
+		return l.Signal().Err()
+	case <-time.After(waitTimeout):
+		t.Fatalf("lease not lost after %v", waitTimeout)
+		return nil
+	}
+}
+
+// waitGranted returns the outcome of a Lock started by lockAsync.
+func waitGranted(t testing.TB, ch <-chan granted) granted {
+	t.Helper()
+	select {
+	case g := <-ch:
+		return g
+	case <-time.After(waitTimeout):
+		t.Fatalf("Lock did not return after %v", waitTimeout)
+		return granted{}
+	}
+}
+
+// unlock releases l, failing the test on an error.
+func unlock(t testing.TB, l *pglease.Lease) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock = %v", err)
+	}
+}
+
+// isLost reports whether err is the loss of a lease with cause want.
+func isLost(err, want error) bool { return err != nil && errors.Is(err, want) }

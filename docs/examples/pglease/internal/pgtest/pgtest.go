@@ -1,0 +1,269 @@
+// Package pgtest starts a real PostgreSQL server from the binaries of the
+// Debian package postgresql, for the tests, the demo and the fault trials of
+// package pglease.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BinDir holds initdb, postgres and pg_ctl; the environment variable PGBIN
+// overrides it.
+var BinDir = "/usr/lib/postgresql/15/bin"
+
+// readyTimeout bounds the wait for a new server to accept connections; it
+// guards against a hang, it is not a measure: a server is ready in well under
+// a second.
+const readyTimeout = 30 * time.Second
+
+// Server is a PostgreSQL server started by this process, listening on
+// 127.0.0.1 and on a Unix-domain socket in its own temporary folder, with
+// the settings of a test (fsync off).
+type Server struct {
+	dir  string // the temporary folder: data, socket, log
+	port int
+	cred *syscall.Credential // the user the server runs as, nil for this process's
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+}
+
+// Check returns an error naming the package to install if the PostgreSQL
+// binaries are missing.
+func Check() error {
+	dir := bin()
+	for _, name := range []string{"initdb", "postgres", "pg_ctl"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("pgtest: %s not found in %s (set PGBIN to the folder that has it): install the Debian package postgresql (apt-get install postgresql): %w", name, dir, err)
+		}
+	}
+	return nil
+}
+
+func bin() string {
+	if d := os.Getenv("PGBIN"); d != "" {
+		return d
+	}
+	return BinDir
+}
+
+// Start makes a new database cluster in a temporary folder with initdb and
+// starts a server on it, on a free loopback port. When this process runs as
+// root, which PostgreSQL refuses, the server runs as the user postgres, or
+// nobody if there is none. The caller must Close the server.
+func Start() (*Server, error) {
+	if err := Check(); err != nil {
+		return nil, err
+	}
+	cred, err := credential()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	s := &Server{dir: dir, cred: cred}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
+	}
+	if out, err := s.command("initdb", "-D", s.data(), "-U", "postgres", "-A", "trust",
+		"--locale=C", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgtest: initdb: %w: %s", err, out)
+	}
+	for try := 0; ; try++ {
+		s.port, err = freePort()
+		if err == nil {
+			err = s.Restart()
+		}
+		if err == nil {
+			return s, nil
+		}
+		if try == 2 {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+}
+
+// credential returns the user the server must run as, nil for this
+// process's own.
+func credential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	}
+	return nil, errors.New("pgtest: running as root, and there is no user postgres or nobody to run the server as")
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) data() string { return filepath.Join(s.dir, "data") }
+
+// command returns the command that runs the PostgreSQL binary name as the
+// server's user.
+func (s *Server) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(bin(), name), args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	return cmd
+}
+
+// Restart starts the server again after [Server.Stop], on the same port and
+// data, and returns once it accepts connections. Start calls it the first
+// time.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("pgtest: the server is running")
+	}
+	logf, err := os.OpenFile(filepath.Join(s.dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	defer logf.Close()
+	cmd := s.command("postgres", "-D", s.data(), "-p", strconv.Itoa(s.port), "-k", s.dir,
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=200", "-c", "shared_buffers=32MB",
+		"-c", "log_min_messages=fatal", "-c", "log_min_error_statement=panic")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// An immediate shutdown if this process dies first: no server outlives
+	// the tests.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("pgtest: start postgres: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := s.Connect(ctx, s.Addr())
+		cancel()
+		if err == nil {
+			c.Close(context.Background())
+			return nil
+		}
+		select {
+		case <-exited:
+			s.cmd = nil
+			return fmt.Errorf("pgtest: postgres exited: %s", s.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Signal(syscall.SIGQUIT)
+			<-exited
+			s.cmd = nil
+			return fmt.Errorf("pgtest: postgres not ready after %v: %w: %s", readyTimeout, err, s.logTail())
+		}
+	}
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-10):], "\n")
+}
+
+// Addr returns the server's TCP address, such as 127.0.0.1:40715.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Socket returns the folder of the server's Unix-domain socket.
+func (s *Server) Socket() string { return s.dir }
+
+// ConnString returns the URL of the database postgres as the superuser
+// postgres, through addr: the server's Addr, a proxy's, or its Socket.
+func (s *Server) ConnString(addr string) string {
+	if strings.HasPrefix(addr, "/") {
+		return fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", addr, s.port)
+	}
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
+}
+
+// Connect returns a new connection through addr (see [Server.ConnString]).
+func (s *Server) Connect(ctx context.Context, addr string) (*pgx.Conn, error) {
+	return pgx.Connect(ctx, s.ConnString(addr))
+}
+
+// PID returns the postmaster's process id, 0 if it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Stop stops the server with pg_ctl stop -m mode (smart, fast or immediate)
+// and returns once the postmaster has exited.
+func (s *Server) Stop(mode string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil
+	}
+	out, err := s.command("pg_ctl", "stop", "-D", s.data(), "-m", mode, "-w", "-t", "30").CombinedOutput()
+	if err != nil {
+		s.cmd.Process.Signal(syscall.SIGQUIT)
+	}
+	<-s.exited
+	s.cmd = nil
+	if err != nil {
+		return fmt.Errorf("pgtest: pg_ctl stop -m %s: %w: %s", mode, err, out)
+	}
+	return nil
+}
+
+// Close stops the server at once if it runs and removes its folder.
+func (s *Server) Close() error {
+	err := s.Stop("immediate")
+	if rerr := os.RemoveAll(s.dir); err == nil {
+		err = rerr
+	}
+	return err
+}
