@@ -1,0 +1,159 @@
+package pglease_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/zukhruf/lease/docs/examples/pglease"
+)
+
+// TestSameProcessOrdered terminates A's backend while B, a lease of the same
+// process on the same lock, waits: the server frees the lock before A reads
+// its FATAL, yet B's Lock returns only after A's signal is lost.
+func TestSameProcessOrdered(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	for i := range 20 {
+		subject := fmt.Sprintf("ordered-%d", i)
+		a, b := connect(t, server, server.Addr()), connect(t, server, server.Addr())
+		la := lock(t, fast, a, subject)
+		ch := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			lb, err := fast.Lock(ctx, b, subject)
+			if err != nil {
+				ch <- err
+				return
+			}
+			aErr := la.Signal().Err() // read as B's Lock returns
+			unlockErr := lb.Unlock(ctx)
+			switch {
+			case aErr == nil:
+				ch <- fmt.Errorf("B's Lock returned while A was live")
+			case unlockErr != nil:
+				ch <- unlockErr
+			default:
+				ch <- nil
+			}
+		}()
+		waitWaiting(t, admin, b.PgConn().PID())
+		terminate(t, admin, a.PgConn().PID())
+		if err := <-ch; err != nil {
+			t.Fatalf("trial %d: %v", i, err)
+		}
+		la.Unlock(context.Background())
+	}
+}
+
+// TestMutualExclusion runs 4 holders × 100 rounds on one lock, each holder
+// on its own connection in this process: no two hold it at once, and no
+// advisory lock is left on the server.
+func TestMutualExclusion(t *testing.T) {
+	const holders, rounds = 4, 100
+	admin := connect(t, server, server.Addr())
+	var inside, overlaps, total atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, holders)
+	for h := range holders {
+		c := connect(t, server, server.Addr())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+				l, err := fast.Lock(ctx, c, "exclusive")
+				if err != nil {
+					cancel()
+					errs <- fmt.Errorf("holder %d: %w", h, err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				total.Add(1)
+				time.Sleep(100 * time.Microsecond)
+				inside.Add(-1)
+				err = l.Unlock(ctx)
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("holder %d: %w", h, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d overlaps in %d grants, want 0", n, total.Load())
+	}
+	if n := total.Load(); n != holders*rounds {
+		t.Errorf("%d grants, want %d", n, holders*rounds)
+	}
+	if n := advisoryLocks(t, admin); n != 0 {
+		t.Errorf("%d advisory locks left, want 0", n)
+	}
+}
+
+// TestFenceRefusesStaleWrite takes the fencing token at each grant and
+// guards a write with it: a holder whose lease was lost, writing with its
+// old token through another connection, is refused; the new holder's write
+// passes.
+func TestFenceRefusesStaleWrite(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	ctx := context.Background()
+	for _, q := range []string{
+		"create table lease_tokens (key bigint primary key, token bigint not null)",
+		"create table accounts (id int primary key, balance int not null)",
+		"insert into accounts values (1, 0)",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { admin.Exec(ctx, "drop table lease_tokens, accounts") })
+	cfg := fast
+	cfg.Fence = []string{"lease_tokens"}
+	// write is the guarded write of the README: it passes only if token is
+	// the lock's latest.
+	write := func(token, balance int64) int64 {
+		tag, err := admin.Exec(ctx, `update accounts set balance = $3 where id = 1 and
+			(select token from lease_tokens where key = $1 for share) = $2`, pglease.Key("accounts"), token, balance)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tag.RowsAffected()
+	}
+	a, b := connect(t, server, server.Addr()), connect(t, server, server.Addr())
+	la := lock(t, cfg, a, "accounts")
+	if la.Token() != 1 {
+		t.Errorf("A's Token() = %d, want 1", la.Token())
+	}
+	if n := write(la.Token(), 10); n != 1 {
+		t.Fatalf("A's write while it holds the lock: %d rows, want 1", n)
+	}
+	terminate(t, admin, a.PgConn().PID())
+	waitLost(t, la)
+	lb := lock(t, cfg, b, "accounts")
+	if lb.Token() <= la.Token() {
+		t.Errorf("B's Token() = %d, want more than A's %d", lb.Token(), la.Token())
+	}
+	if n := write(la.Token(), 20); n != 0 {
+		t.Errorf("A's stale write: %d rows, want 0 (refused)", n)
+	}
+	if n := write(lb.Token(), 30); n != 1 {
+		t.Errorf("B's write: %d rows, want 1", n)
+	}
+	var balance int
+	if err := admin.QueryRow(ctx, "select balance from accounts where id = 1").Scan(&balance); err != nil || balance != 30 {
+		t.Errorf("balance = %d, %v; want 30", balance, err)
+	}
+	unlock(t, lb)
+}
