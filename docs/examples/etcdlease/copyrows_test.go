@@ -187,7 +187,7 @@ func TestCopyRows(t *testing.T) {
 		revoke(t, op, r.s)
 
 		copyErr := waitFor(t, done, hang, "copyRows to return after the revocation")
-		checkLoss(t, copyErr, lockName, etcdlease.ErrSessionExpired, "batch 3 cut in flight")
+		checkLoss(t, copyErr, lockName, etcdlease.ErrKeyDeleted, "batch 3 cut in flight")
 		waitFor(t, r.wh.cut, hang, "the warehouse to see batch 3's request cut")
 		r.wh.checkStored(t, 1, 2)
 		if got := r.wh.arrivals(); len(got) != 0 {
@@ -206,7 +206,7 @@ func TestCopyRows(t *testing.T) {
 				waitLost(t, r.l.Signal(), hang)
 			}
 		})
-		checkLoss(t, err, lockName, etcdlease.ErrSessionExpired, "before batch 3")
+		checkLoss(t, err, lockName, etcdlease.ErrKeyDeleted, "before batch 3")
 		r.wh.checkStored(t, 1, 2)
 		if got, want := r.wh.arrivals(), []int{1, 2}; !slices.Equal(got, want) {
 			t.Errorf("batches %v reached the warehouse, want %v", got, want)

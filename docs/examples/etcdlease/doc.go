@@ -4,20 +4,27 @@
 // holder released it.
 //
 // It is an issuer in the sense of package controller: it keeps the
-// controller.Controller of each lease to itself, calls its Lose when etcd
-// reports the loss, and its End when the holder calls [Lease.Unlock] or
-// [Lease.Resign]. It learns of a loss by push, never by polling:
+// controller.Controller of each lease to itself, calls its Lose when the
+// claim is gone or may be, and its End when the holder calls [Lease.Unlock]
+// or [Lease.Resign]. It learns of a loss by push, and from its own clock:
 //
-//   - the session ends ([concurrency.Session.Done]): etcd revoked or expired
-//     its lease ([ErrSessionExpired]), or its owner closed it
-//     ([ErrSessionClosed]);
 //   - a watch on the holder's key, from the revision the claim was granted
 //     at (or, if etcd compacted that revision, from a read of the key),
-//     reports the key deleted ([ErrKeyDeleted], or [ErrSessionExpired]
-//     when etcd deleted it with the session's lease) or put again bound to
-//     another etcd lease ([ErrKeyTakenOver]);
+//     reports the key deleted ([ErrKeyDeleted], by hand or with a revoked
+//     etcd lease of the session) or put again bound to another etcd lease
+//     ([ErrKeyTakenOver]);
+//   - the lease renews the session's etcd lease on a stream of its own and
+//     is lost at the local deadline, the send time of the last renewal etcd
+//     confirmed plus the TTL it granted less a margin, unless a later
+//     renewal was confirmed ([ErrRenewalUnconfirmed], see [WithMargin]); or
+//     etcd answers a renewal that it has no such lease ([ErrSessionExpired]);
+//   - the session ends ([concurrency.Session.Done]): its owner closed it
+//     ([ErrSessionClosed]);
 //   - the watch ends, its member loses its leader, or the client's
 //     connection can reach no endpoint ([ErrClusterLost]).
+//
+// No loss waits for a question to etcd: another holder may be granted the
+// claim as soon as etcd publishes its loss.
 //
 // Each cause is wrapped with what etcd reported and reaches the holder inside
 // a lost.Error: errors.Is(sig.Err(), etcdlease.ErrKeyDeleted) tells which.

@@ -7,9 +7,10 @@ import "errors"
 // reported (the key, the revision, the etcd lease, the gRPC state); match
 // them with [errors.Is].
 var (
-	// ErrSessionExpired reports that etcd no longer has the session's lease:
-	// someone revoked it, or it expired because the session could not renew
-	// it in time. etcd deleted the holder's key with it.
+	// ErrSessionExpired reports that etcd answered a renewal that it no
+	// longer has the session's lease: someone revoked it, or it expired. etcd
+	// deleted the holder's key with it. A revocation usually reaches the
+	// holder first as the deletion of its key, reported as [ErrKeyDeleted].
 	ErrSessionExpired = errors.New("etcdlease: session lease revoked or expired")
 
 	// ErrSessionClosed reports that the session stopped renewing its lease
@@ -17,8 +18,10 @@ var (
 	// when the lease expires, and the holder must not wait for that.
 	ErrSessionClosed = errors.New("etcdlease: session closed")
 
-	// ErrKeyDeleted reports that the holder's key was deleted while the
-	// session lived: the coordinator refused the claim.
+	// ErrKeyDeleted reports that the holder's key was deleted: by hand, or
+	// by etcd with the session's etcd lease when someone revoked it. etcd
+	// publishes nothing that tells the two apart, and the lease does not ask
+	// before it is lost: the coordinator refused the claim.
 	ErrKeyDeleted = errors.New("etcdlease: the coordinator refused the claim: key deleted")
 
 	// ErrKeyTakenOver reports that someone put the holder's key again bound
@@ -31,4 +34,12 @@ var (
 	// leader, or the watch ended. The claim may still stand in etcd, but
 	// nothing would tell the holder if it did not.
 	ErrClusterLost = errors.New("etcdlease: cluster lost")
+
+	// ErrRenewalUnconfirmed reports that the local deadline came before etcd
+	// confirmed a renewal of the session's etcd lease: from then on, etcd
+	// may expire the lease and grant the claim to someone else without
+	// telling the holder. Its text names the send time of the last confirmed
+	// renewal, the TTL etcd granted in it, the deadline and the margin (see
+	// [WithMargin]).
+	ErrRenewalUnconfirmed = errors.New("etcdlease: renewal unconfirmed")
 )

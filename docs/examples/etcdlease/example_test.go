@@ -65,11 +65,13 @@ func ExampleLock() {
 	if errors.As(sig.Err(), &le) {
 		fmt.Println("lost:", le.Subject())
 	}
-	fmt.Println("session revoked:", errors.Is(sig.Err(), etcdlease.ErrSessionExpired))
+	// etcd deleted the key with the revoked lease: that is what the holder
+	// hears first, and it does not wait to ask etcd why.
+	fmt.Println("key deleted:", errors.Is(sig.Err(), etcdlease.ErrKeyDeleted))
 	// Output:
 	// holding: true fencing revision > 0: true
 	// lost: /locks/orders
-	// session revoked: true
+	// key deleted: true
 }
 
 // A leader's key is deleted by hand: the coordinator refused the claim.

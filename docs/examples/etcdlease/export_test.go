@@ -9,8 +9,13 @@ import (
 // StartAt makes the lease of the claim that session s holds with key,
 // created at revision rev and granted at revision granted, as Lock and
 // Campaign do with what etcd's mutex and election report.
-func StartAt(s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error) *Lease {
-	return start(s, subject, key, rev, granted, release)
+// Like Lock, it waits for etcd to confirm a renewal first.
+func StartAt(ctx context.Context, s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error) (*Lease, error) {
+	r, err := startRenewing(ctx, s, nil)
+	if err != nil {
+		return nil, err
+	}
+	return start(r, s, subject, key, rev, granted, release), nil
 }
 
 // Following returns a channel that is closed once the goroutines that
@@ -25,7 +30,18 @@ func Following(l *Lease) <-chan struct{} {
 }
 
 // SessionEnded returns the cause a lease of session s reports when it learns
-// that s ended before its watch reports anything.
-func SessionEnded(ctx context.Context, s *concurrency.Session) error {
-	return new(Lease).sessionEnded(ctx, s)
+// that s ended before its watch reports anything, once it has sent a renewal
+// of the session's etcd lease after the end (if its client is open) and had
+// its answer.
+func SessionEnded(ctx context.Context, s *concurrency.Session) (error, error) {
+	l := new(Lease)
+	if s.Client().Ctx().Err() == nil {
+		r, err := startRenewing(ctx, s, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer r.close()
+		l.renew = r
+	}
+	return l.sessionEnded(s), nil
 }

@@ -11,14 +11,17 @@ import (
 	"google.golang.org/grpc/connectivity"
 )
 
-// askTimeout bounds the one question the follower asks etcd after a push,
-// whether the session's lease still exists, which only picks the cause to
-// report. An etcd that does not answer in time gets the cause the push
-// alone supports.
+// askTimeout bounds the read of the key after etcd compacted the history a
+// watch was to start from. The read decides whether the claim stands; the
+// local deadline goes on running while it waits.
 const askTimeout = time.Second
 
 // follow loses the lease when the session ends or the watch on the key
 // reports that the claim is gone, and returns at the loss or when ctx ends.
+//
+// Every loss is made with the cause known at that moment: no question to
+// etcd runs between learning that the claim is gone and the loss, since
+// another holder may be granted the claim at once.
 func (l *Lease) follow(ctx context.Context, s *concurrency.Session, events clientv3.WatchChan) {
 	defer l.watchers.Done()
 	for {
@@ -26,7 +29,7 @@ func (l *Lease) follow(ctx context.Context, s *concurrency.Session, events clien
 		case <-ctx.Done():
 			return
 		case <-s.Done():
-			l.lose(l.sessionEnded(ctx, s))
+			l.lose(l.sessionEnded(s))
 			return
 		case wr, ok := <-events:
 			if ctx.Err() != nil {
@@ -58,7 +61,7 @@ func (l *Lease) follow(ctx context.Context, s *concurrency.Session, events clien
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					l.lose(l.keyDeleted(ctx, s, fmt.Sprintf("at revision %d", ev.Kv.ModRevision)))
+					l.lose(l.keyDeleted(fmt.Sprintf("at revision %d", ev.Kv.ModRevision)))
 					return
 				}
 				// A put that keeps the key's create revision and the
@@ -99,35 +102,33 @@ func (l *Lease) followConn(ctx context.Context, conn *grpc.ClientConn) {
 	}
 }
 
-// sessionEnded returns the cause of the end of session s: etcd has no lease
-// of the session any more, the session stopped renewing a lease etcd still
-// has, or the client cannot tell.
-func (l *Lease) sessionEnded(ctx context.Context, s *concurrency.Session) error {
-	if s.Client().Ctx().Err() != nil {
-		return fmt.Errorf("%w: the etcd client of session %x was closed", ErrClusterLost, s.Lease())
-	}
-	ttl, err := l.leaseTTL(ctx, s)
+// sessionEnded returns the cause of the end of session s, from what the
+// lease knows without asking: the session's client was closed, etcd
+// answered a renewal that it has no lease of the session, or the session
+// stopped renewing a lease etcd still had at the last confirmed renewal.
+func (l *Lease) sessionEnded(s *concurrency.Session) error {
 	switch {
-	case err != nil:
-		return fmt.Errorf("%w: session %x ended and etcd did not answer: %w", ErrClusterLost, s.Lease(), err)
-	case ttl <= 0:
+	case s.Client().Ctx().Err() != nil:
+		return fmt.Errorf("%w: the etcd client of session %x was closed", ErrClusterLost, s.Lease())
+	case l.renew.gone():
 		return fmt.Errorf("%w: etcd has no lease %x any more", ErrSessionExpired, s.Lease())
 	default:
-		return fmt.Errorf("%w: session %x stopped renewing its etcd lease, %ds before it expires", ErrSessionClosed, s.Lease(), ttl)
+		return fmt.Errorf("%w: session %x stopped renewing its etcd lease; %s", ErrSessionClosed, s.Lease(), l.renew.lastConfirmed())
 	}
 }
 
 // keyDeleted returns the cause of the deletion of the key, which when tells
-// ("at revision 7"): etcd deleted it with the session's lease, or someone
-// deleted it.
-func (l *Lease) keyDeleted(ctx context.Context, s *concurrency.Session, when string) error {
-	// etcd removes a revoked lease before it publishes the deletion of the
-	// lease's keys, so a lease that is still there was not revoked.
-	if ttl, err := l.leaseTTL(ctx, s); err == nil && ttl <= 0 {
+// ("at revision 7"). etcd deletes the key with the session's etcd lease when
+// someone revokes it, and publishes nothing else that tells that deletion
+// from one made by hand; the lease reports ErrSessionExpired only if a
+// renewal already told it that etcd has no lease of the session.
+func (l *Lease) keyDeleted(when string) error {
+	if l.renew.gone() {
 		return fmt.Errorf("%w: etcd has no lease %x any more and deleted %q with it %s",
-			ErrSessionExpired, s.Lease(), l.key, when)
+			ErrSessionExpired, l.renew.id, l.key, when)
 	}
-	return fmt.Errorf("%w: %q deleted %s", ErrKeyDeleted, l.key, when)
+	return fmt.Errorf("%w: %q deleted %s, by hand or with the session's etcd lease %x if it was revoked",
+		ErrKeyDeleted, l.key, when, l.renew.id)
 }
 
 // resync reads the holder's key after the watch lost the history it was to
@@ -141,23 +142,11 @@ func (l *Lease) resync(ctx context.Context, s *concurrency.Session) (int64, erro
 	case err != nil:
 		return 0, fmt.Errorf("%w: etcd compacted the history of the watch on %q and did not answer: %w", ErrClusterLost, l.key, err)
 	case len(resp.Kvs) == 0:
-		return 0, l.keyDeleted(ctx, s, fmt.Sprintf("by revision %d", resp.Header.Revision))
+		return 0, l.keyDeleted(fmt.Sprintf("by revision %d", resp.Header.Revision))
 	}
 	if kv := resp.Kvs[0]; kv.CreateRevision != l.rev || clientv3.LeaseID(kv.Lease) != s.Lease() {
 		return 0, fmt.Errorf("%w: %q found at revision %d with create revision %d and etcd lease %x, not %d and %x",
 			ErrKeyTakenOver, l.key, resp.Header.Revision, kv.CreateRevision, kv.Lease, l.rev, s.Lease())
 	}
 	return resp.Header.Revision + 1, nil
-}
-
-// leaseTTL asks etcd how long the session's lease has left: -1 if etcd has no
-// such lease.
-func (l *Lease) leaseTTL(ctx context.Context, s *concurrency.Session) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, askTimeout)
-	defer cancel()
-	resp, err := s.Client().TimeToLive(ctx, s.Lease())
-	if err != nil {
-		return 0, err
-	}
-	return resp.TTL, nil
 }

@@ -38,6 +38,7 @@ var causes = []error{
 	etcdlease.ErrKeyDeleted,
 	etcdlease.ErrKeyTakenOver,
 	etcdlease.ErrClusterLost,
+	etcdlease.ErrRenewalUnconfirmed,
 }
 
 // startEtcd starts a real etcd server for one test, in a temporary folder,
@@ -92,9 +93,9 @@ func newSessionOn(t *testing.T, cli *clientv3.Client) *concurrency.Session {
 }
 
 // mustLock returns the lease of the lock named key, held by session s.
-func mustLock(t *testing.T, s *concurrency.Session, key string) *etcdlease.Lease {
+func mustLock(t *testing.T, s *concurrency.Session, key string, opts ...etcdlease.Option) *etcdlease.Lease {
 	t.Helper()
-	l, err := etcdlease.Lock(t.Context(), s, key)
+	l, err := etcdlease.Lock(t.Context(), s, key, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +107,17 @@ func mustLock(t *testing.T, s *concurrency.Session, key string) *etcdlease.Lease
 func mustCampaign(t *testing.T, s *concurrency.Session, election, value string) *etcdlease.Lease {
 	t.Helper()
 	l, err := etcdlease.Campaign(t.Context(), s, election, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// startAt makes the lease of the lock m holds, created at revision rev and
+// granted at revision granted, as Lock does once etcd granted it.
+func startAt(t *testing.T, s *concurrency.Session, m *concurrency.Mutex, granted, rev int64) *etcdlease.Lease {
+	t.Helper()
+	l, err := etcdlease.StartAt(t.Context(), s, lockName, m.Key(), rev, granted, m.Unlock)
 	if err != nil {
 		t.Fatal(err)
 	}

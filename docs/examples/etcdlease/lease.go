@@ -16,10 +16,12 @@ import (
 // tells its holder when the claim is gone.
 //
 // A Lease is made by [Lock] or [Campaign]; there is no useful zero value. Its
-// methods are safe for concurrent use. It follows its claim with two
-// goroutines (the watch and the connection state), which stop at the loss or
-// at the release, whichever comes first; closing the session's client loses
-// the lease with [ErrClusterLost] if nothing did before.
+// methods are safe for concurrent use. It follows its claim with the watch of
+// its key and the state of the client's connection, and renews the session's
+// etcd lease on a stream of its own to keep a local deadline (see
+// [WithMargin]); all of it stops at the loss or at the release, whichever
+// comes first. Closing the session's client loses the lease with
+// [ErrClusterLost] if nothing did before.
 type Lease struct {
 	ctrl    *controller.Controller
 	key     string
@@ -28,6 +30,7 @@ type Lease struct {
 
 	stop     context.CancelFunc // stops following the claim
 	watchers sync.WaitGroup     // the goroutines that follow it
+	renew    *renewer           // renews the session's etcd lease and keeps the local deadline
 
 	once sync.Once
 	err  error // the release's outcome, set once
@@ -37,39 +40,68 @@ type Lease struct {
 // [concurrency.Mutex], and returns the lease of that lock. The signal's
 // subject is key.
 //
+// Before it asks for the lock, Lock waits for etcd to confirm a renewal of
+// the session's etcd lease sent on a stream of the lease's own, which gives
+// the local deadline its start; it keeps renewing while it waits. The lease
+// is lost at the local deadline unless a later renewal was confirmed (see
+// [WithMargin] for the rule and the options).
+//
 // ctx bounds the wait only; the lease lasts until it is lost or released.
 // A session should hold one Lease per key at a time: etcd's mutex gives a
 // session that locks a key twice the same claim.
-func Lock(ctx context.Context, s *concurrency.Session, key string) (*Lease, error) {
+func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Option) (*Lease, error) {
+	r, err := startRenewing(ctx, s, opts)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlease: lock %q: %w", key, err)
+	}
 	m := concurrency.NewMutex(s, key)
 	if err := m.Lock(ctx); err != nil {
+		r.close()
 		return nil, fmt.Errorf("etcdlease: lock %q: %w", key, err)
 	}
 	owner := m.IsOwner() // the comparison etcd's own recipe makes: CreateRevision(key) = rev
-	return start(s, key, m.Key(), owner.GetCompare().GetCreateRevision(), m.Header().Revision, m.Unlock), nil
+	return start(r, s, key, m.Key(), owner.GetCompare().GetCreateRevision(), m.Header().Revision, m.Unlock), nil
 }
 
 // Campaign waits until the session leads the etcd election named election,
 // with value as its proposal, with a [concurrency.Election], and returns the
 // lease of that leadership. The signal's subject is election.
 //
+// Campaign renews the session's etcd lease and keeps the local deadline as
+// [Lock] does.
+//
 // ctx bounds the campaign only; the lease lasts until it is lost or
 // resigned. etcd's election does not notice that a waiting candidate's own
 // key was deleted: the lease follows the key from the candidate's put, and
 // is then lost as soon as it is made.
-func Campaign(ctx context.Context, s *concurrency.Session, election, value string) (*Lease, error) {
-	e := concurrency.NewElection(s, election)
-	if err := e.Campaign(ctx, value); err != nil {
+func Campaign(ctx context.Context, s *concurrency.Session, election, value string, opts ...Option) (*Lease, error) {
+	r, err := startRenewing(ctx, s, opts)
+	if err != nil {
 		return nil, fmt.Errorf("etcdlease: campaign %q: %w", election, err)
 	}
-	return start(s, election, e.Key(), e.Rev(), e.Header().Revision, e.Resign), nil
+	e := concurrency.NewElection(s, election)
+	if err := e.Campaign(ctx, value); err != nil {
+		r.close()
+		return nil, fmt.Errorf("etcdlease: campaign %q: %w", election, err)
+	}
+	return start(r, s, election, e.Key(), e.Rev(), e.Header().Revision, e.Resign), nil
 }
 
-// start makes the lease of a claim granted at revision granted and starts
-// following it.
-func start(s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error) *Lease {
+// start makes the lease of a claim granted at revision granted, kept by
+// renewer r, and starts following it.
+func start(r *renewer, s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, release: release, stop: cancel}
+	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, release: release, stop: cancel, renew: r}
+	// The renewer loses the lease from its own timer, whatever the
+	// goroutines below are doing; it stops when the lease stops following
+	// its claim.
+	r.attach(l.lose)
+	l.watchers.Add(1)
+	go func() {
+		defer l.watchers.Done()
+		<-ctx.Done()
+		r.close()
+	}()
 	client := s.Client()
 	// The watch starts after the revision the claim was granted at, so no
 	// event between the grant and this call is missed. WithRequireLeader

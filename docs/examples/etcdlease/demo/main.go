@@ -159,8 +159,8 @@ func run(out io.Writer) error {
 			if !errors.As(err, &le) {
 				return fmt.Errorf("holder A: the loss %v is not a *lost.Error", err)
 			}
-			tl.say("holder A", "stops: subject %s, errors.Is(err, etcdlease.ErrSessionExpired) = %v",
-				le.Subject(), errors.Is(err, etcdlease.ErrSessionExpired))
+			tl.say("holder A", "stops: subject %s, errors.Is(err, etcdlease.ErrKeyDeleted) = %v",
+				le.Subject(), errors.Is(err, etcdlease.ErrKeyDeleted))
 			late = fmt.Sprintf("batch %d", n-1) // a retry A's client sent before the loss
 			break
 		}

@@ -1,0 +1,325 @@
+package etcdlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// The deadline rule. etcd counts a lease's TTL from the moment its leader
+// processes a renewal, and that moment comes after the client sent it. So
+// etcd may expire the session's lease no earlier than
+//
+//	send time of the last renewal etcd confirmed + the TTL etcd granted in that confirmation
+//
+// and the lease is lost at that time less a margin, unless a later renewal
+// was confirmed by then. The times are read from this process's monotonic
+// clock; the rule assumes that it and the clock of etcd's leader advance at
+// rates that differ by less than margin/TTL, and the margin also covers the
+// delay between the moment the deadline comes and the moment the loss is
+// made. A new leader counts every lease's TTL again from its election, plus
+// an election timeout, so a leader change only moves etcd's expiry later.
+// This is the rule of client-go's leader election, RenewDeadline <
+// LeaseDuration, anchored to the renewal's send time as
+// riverqueue/river#1213 does, and not to the arrival of the answer, as etcd's
+// client lessor does.
+
+const (
+	// defaultMarginDivisor sets the default margin: a tenth of the TTL etcd
+	// granted.
+	defaultMarginDivisor = 10
+	// renewalsPerTTL is how many renewals the lease sends per TTL. A renewal
+	// sent every TTL/4 keeps the lease through a round trip of up to
+	// TTL - TTL/4 - margin: with the default margin, 0.65 TTL.
+	renewalsPerTTL = 4
+	// firstInterval paces the renewals before etcd has told the TTL.
+	firstInterval = 250 * time.Millisecond
+	// retryPause spaces the attempts to open a new renewal stream.
+	retryPause = 50 * time.Millisecond
+)
+
+// An Option changes how [Lock] and [Campaign] keep a lease.
+type Option func(*options)
+
+type options struct {
+	margin time.Duration // < 0: the default
+}
+
+// WithMargin sets the margin of the local deadline: the lease is lost margin
+// before the earliest moment etcd may expire the session's etcd lease,
+// unless a renewal sent since was confirmed. The default is a tenth of the
+// TTL etcd granted. A margin must cover the difference between the rates of
+// this process's clock and etcd's over one TTL, and the delay with which this
+// process acts on a timer; [Lock] and [Campaign] refuse one of half the TTL
+// or more, which leaves the renewals no time to be confirmed.
+//
+// WithMargin panics if margin is negative.
+func WithMargin(margin time.Duration) Option {
+	if margin < 0 {
+		panic("etcdlease: WithMargin called with a negative margin")
+	}
+	return func(o *options) { o.margin = margin }
+}
+
+// renewer renews the etcd lease of a session on a keepalive stream of its
+// own, beside the session's, and keeps the local deadline: the send time of
+// the last renewal etcd confirmed, plus the TTL it granted, less the margin.
+// When the deadline comes, or etcd answers that it has no such lease, it
+// loses the lease it is attached to, from its own timer, whatever else the
+// lease is doing.
+type renewer struct {
+	lc     pb.LeaseClient
+	id     clientv3.LeaseID
+	margin time.Duration // < 0: the default
+
+	stop context.CancelFunc
+	done chan struct{} // closed when run returns
+
+	mu       sync.Mutex
+	sent     time.Time     // send time of the last confirmed renewal
+	ttl      time.Duration // the TTL granted in that confirmation
+	deadline time.Time
+	timer    *time.Timer
+	loss     error       // set once: the deadline passed or etcd has no lease
+	lose     func(error) // the attached lease's loss, nil before attach
+}
+
+// startRenewing starts renewing the etcd lease of s and returns once etcd
+// confirmed a first renewal, or told that it has no such lease (the renewer
+// then holds the loss), or ctx ended. The caller stops the renewer with
+// close, or hands it to a lease with attach.
+func startRenewing(ctx context.Context, s *concurrency.Session, opts []Option) (*renewer, error) {
+	o := options{margin: -1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	r := &renewer{
+		lc:     pb.NewLeaseClient(s.Client().ActiveConnection()),
+		id:     s.Lease(),
+		margin: o.margin,
+		stop:   stop,
+		done:   make(chan struct{}),
+	}
+	first := make(chan struct{})
+	go r.run(rctx, first)
+	select {
+	case <-first:
+	case <-ctx.Done():
+		r.close()
+		return nil, fmt.Errorf("no renewal of etcd lease %x confirmed: %w", r.id, ctx.Err())
+	}
+	r.mu.Lock()
+	loss, ttl := r.loss, r.ttl
+	r.mu.Unlock()
+	if loss == nil && r.margin >= ttl/2 {
+		r.close()
+		return nil, fmt.Errorf("margin %v is not less than half the TTL %v etcd granted", r.margin, ttl)
+	}
+	return r, nil
+}
+
+// attach makes lose the loss of the lease the renewer keeps, and calls it at
+// once if the renewer already lost it.
+func (r *renewer) attach(lose func(error)) {
+	r.mu.Lock()
+	loss := r.loss
+	if loss == nil {
+		r.lose = lose
+	}
+	r.mu.Unlock()
+	if loss != nil {
+		lose(loss)
+	}
+}
+
+// close stops renewing and waits for the renewer's goroutines.
+func (r *renewer) close() {
+	r.stop()
+	<-r.done
+}
+
+// gone reports whether etcd answered that it has no lease of the session.
+func (r *renewer) gone() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.loss != nil && errors.Is(r.loss, ErrSessionExpired)
+}
+
+// lastConfirmed describes the last confirmed renewal and the deadline, for
+// the causes of a loss.
+func (r *renewer) lastConfirmed() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.describe()
+}
+
+func (r *renewer) describe() string {
+	return fmt.Sprintf("the last renewal of etcd lease %x that etcd confirmed was sent at %s with a TTL of %v: deadline %s (margin %v)",
+		r.id, clock(r.sent), r.ttl, clock(r.deadline), r.marginFor(r.ttl))
+}
+
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+func (r *renewer) marginFor(ttl time.Duration) time.Duration {
+	if r.margin >= 0 {
+		return r.margin
+	}
+	return ttl / defaultMarginDivisor
+}
+
+// confirm records that etcd confirmed, with a TTL of ttl, the renewal sent
+// at sent, and moves the deadline.
+func (r *renewer) confirm(sent time.Time, ttl time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loss != nil || !sent.After(r.sent) {
+		return
+	}
+	r.sent, r.ttl = sent, ttl
+	r.deadline = sent.Add(ttl - r.marginFor(ttl))
+	if r.timer == nil {
+		r.timer = time.AfterFunc(time.Until(r.deadline), r.expire)
+	} else {
+		r.timer.Reset(time.Until(r.deadline))
+	}
+}
+
+// expire loses the lease if its deadline has come: the timer's func.
+func (r *renewer) expire() {
+	r.mu.Lock()
+	if r.loss != nil || time.Now().Before(r.deadline) {
+		r.mu.Unlock() // a confirmation moved the deadline as the timer fired
+		return
+	}
+	r.fail(fmt.Errorf("%w: %s", ErrRenewalUnconfirmed, r.describe()))
+}
+
+// fail records loss, the first one, stops the timer and loses the attached
+// lease. r.mu is held and fail releases it, so that the loss is made outside.
+func (r *renewer) fail(loss error) {
+	if r.loss != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.loss = loss
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	lose := r.lose
+	r.mu.Unlock()
+	r.stop()
+	if lose != nil {
+		lose(loss)
+	}
+}
+
+// interval returns the time between two renewals.
+func (r *renewer) interval() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ttl == 0 {
+		return firstInterval
+	}
+	return r.ttl / renewalsPerTTL
+}
+
+// run renews the lease until ctx ends or the lease is lost, on one stream
+// after another; first is closed at the first answer.
+func (r *renewer) run(ctx context.Context, first chan struct{}) {
+	defer close(r.done)
+	defer func() {
+		r.mu.Lock()
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+		r.mu.Unlock()
+	}()
+	for ctx.Err() == nil {
+		r.stream(ctx, &first)
+		select {
+		case <-ctx.Done():
+		case <-time.After(retryPause):
+		}
+	}
+}
+
+// stream renews the lease on one keepalive stream until the stream fails or
+// ctx ends. Each answer is matched to the oldest renewal not yet answered:
+// etcd answers the renewals of a stream in order.
+func (r *renewer) stream(ctx context.Context, first *chan struct{}) {
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	st, err := r.lc.LeaseKeepAlive(sctx)
+	if err != nil {
+		return
+	}
+	answers := make(chan *pb.LeaseKeepAliveResponse)
+	failed := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(failed)
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case answers <- resp:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+
+	var sent []time.Time // the send times of the renewals not yet answered
+	send := func() bool {
+		sent = append(sent, time.Now()) // before the send: never later than etcd's receipt
+		return st.Send(&pb.LeaseKeepAliveRequest{ID: int64(r.id)}) == nil
+	}
+	if !send() {
+		return
+	}
+	every := r.interval()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sctx.Done():
+			return
+		case <-failed:
+			return
+		case <-tick.C:
+			if !send() {
+				return
+			}
+		case resp := <-answers:
+			at := sent[0]
+			sent = sent[1:]
+			if resp.TTL <= 0 {
+				r.mu.Lock()
+				r.fail(fmt.Errorf("%w: etcd has no lease %x any more: it answered so the renewal sent at %s",
+					ErrSessionExpired, r.id, clock(at)))
+			} else {
+				r.confirm(at, time.Duration(resp.TTL)*time.Second)
+			}
+			if *first != nil {
+				close(*first)
+				*first = nil
+			}
+			if d := r.interval(); d != every {
+				every = d
+				tick.Reset(every)
+			}
+		}
+	}
+}
