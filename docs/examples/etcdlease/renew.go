@@ -35,9 +35,11 @@ const (
 	// granted.
 	defaultMarginDivisor = 10
 	// renewalsPerTTL is how many renewals the lease sends per TTL. A renewal
-	// sent every TTL/4 keeps the lease through a round trip of up to
-	// TTL - TTL/4 - margin: with the default margin, 0.65 TTL.
-	renewalsPerTTL = 4
+	// sent every TTL/6 keeps the lease through a round trip of up to
+	// TTL - TTL/6 - margin: with the default margin, about 0.73 TTL, and
+	// with latency of TTL/4 each way, a round trip of TTL/2, leaves TTL/4 to
+	// spare.
+	renewalsPerTTL = 6
 	// firstInterval paces the renewals before etcd has told the TTL.
 	firstInterval = 250 * time.Millisecond
 	// retryPause spaces the attempts to open a new renewal stream.

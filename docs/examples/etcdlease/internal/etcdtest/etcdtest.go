@@ -1,6 +1,7 @@
-// Package etcdtest starts a real, single-member etcd server inside the
-// process, on loopback ports the kernel picks, for the tests and the demo of
-// package etcdlease.
+// Package etcdtest starts real etcd servers inside the process, on loopback
+// ports, for the tests and the demo of package etcdlease: a single member
+// ([Start]) or a cluster of members whose peer traffic goes through fault
+// proxies ([StartCluster]).
 package etcdtest
 
 import (
@@ -71,9 +72,12 @@ func (s *Server) Endpoint() string { return s.endpoint }
 
 // Client returns a new client of the server that logs nothing. The caller
 // closes it.
-func (s *Server) Client() (*clientv3.Client, error) {
+func (s *Server) Client() (*clientv3.Client, error) { return newClient(s.endpoint) }
+
+// newClient returns a client of endpoint alone that logs nothing.
+func newClient(endpoint string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
-		Endpoints:   []string{s.endpoint},
+		Endpoints:   []string{endpoint},
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	})
