@@ -1,0 +1,50 @@
+package pglease_test
+
+import (
+	"context"
+	"syscall"
+	"testing"
+
+	"github.com/zukhruf/lease/docs/examples/pglease"
+	"github.com/zukhruf/lease/docs/examples/pglease/internal/pgtest"
+)
+
+// TestLostWhenBackendsCrash kills backends with SIGKILL on a server of its
+// own: the postmaster then ends every other backend and restarts. A lease
+// whose own backend is killed sees the connection end with no word
+// (ErrConnLost); a lease whose backend is ended because another crashed is
+// told (ErrShutdown, SQLSTATE 57P02).
+func TestLostWhenBackendsCrash(t *testing.T) {
+	s, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	own, other := connect(t, s, s.Addr()), connect(t, s, s.Addr())
+	lOwn := lock(t, fast, own, "own backend killed")
+	lOther := lock(t, fast, other, "another backend killed")
+	if err := syscall.Kill(int(own.PgConn().PID()), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitLost(t, lOwn); !isLost(err, pglease.ErrConnLost) {
+		t.Errorf("own backend killed: Err() = %v, want ErrConnLost", err)
+	}
+	if err := waitLost(t, lOther); !isLost(err, pglease.ErrShutdown) {
+		t.Errorf("another backend killed: Err() = %v, want ErrShutdown", err)
+	}
+	lOwn.Unlock(context.Background())
+	lOther.Unlock(context.Background())
+}
+
+// TestLockThroughUnixSocket takes and releases a lease over a Unix-domain
+// socket, where the TCP timeouts do not apply: idle_session_timeout alone
+// bounds the server's drop of a silent session.
+func TestLockThroughUnixSocket(t *testing.T) {
+	c := connect(t, server, server.Socket())
+	l := lock(t, fast, c, "over a socket")
+	unlock(t, l)
+	var one int
+	if err := c.QueryRow(context.Background(), "select 1").Scan(&one); err != nil {
+		t.Errorf("conn not usable after Unlock: %v", err)
+	}
+}
