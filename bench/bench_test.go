@@ -12,6 +12,7 @@ import (
 	"github.com/zukhruf/lease/bench/holder"
 	"github.com/zukhruf/lease/bench/holder/viacontroller"
 	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/signal"
 )
 
 // Every benchmark runs the lease and its peers as sub-benchmarks named
@@ -256,16 +257,28 @@ func BenchmarkAfterLoss(b *testing.B) {
 	})
 }
 
-// Context: a holder derives a context from its lease for one call and
-// cancels it after. With a context as the signal, the same needs
-// context.WithCancelCause for the call and context.AfterFunc to carry the
-// signal's loss into it.
+// Context: a holder derives a context from its lease for one call, with
+// Background as the parent, and cancels it after. Two context peers: where
+// the lease is itself a context, the call's context is context.WithCancel of
+// it (impl=context.child); the merge that a context user writes for a
+// separate signal is context.WithCancelCause for the call and
+// context.AfterFunc to carry the signal's loss into it (impl=context).
 func BenchmarkContext(b *testing.B) {
 	b.Run("impl=lease", func(b *testing.B) {
 		b.ReportAllocs()
 		s := controller.New("bench").Signal()
 		for b.Loop() {
 			ctx, cancel := s.Context(context.Background())
+			sink = ctx
+			cancel()
+		}
+	})
+	b.Run("impl=context.child", func(b *testing.B) {
+		b.ReportAllocs()
+		leaseCtx, cancelLease := context.WithCancelCause(context.Background())
+		defer cancelLease(nil)
+		for b.Loop() {
+			ctx, cancel := context.WithCancel(leaseCtx)
 			sink = ctx
 			cancel()
 		}
@@ -281,6 +294,142 @@ func BenchmarkContext(b *testing.B) {
 			stop()
 			cancel(context.Canceled)
 		}
+	})
+}
+
+// ContextRequest: the common real case, sig.Context(r.Context()): a call's
+// context made from a live request context and the lease, cancelled after
+// the call. The request outlives the calls. The context way:
+// context.WithCancelCause of the request for the call and context.AfterFunc
+// on the lease's context to carry its loss into it.
+func BenchmarkContextRequest(b *testing.B) {
+	b.Run("impl=lease", func(b *testing.B) {
+		b.ReportAllocs()
+		req, cancelReq := context.WithCancel(context.Background())
+		defer cancelReq()
+		s := controller.New("bench").Signal()
+		for b.Loop() {
+			ctx, cancel := s.Context(req)
+			sink = ctx
+			cancel()
+		}
+	})
+	b.Run("impl=context", func(b *testing.B) {
+		b.ReportAllocs()
+		req, cancelReq := context.WithCancel(context.Background())
+		defer cancelReq()
+		sig, cancelSig := context.WithCancelCause(context.Background())
+		defer cancelSig(nil)
+		for b.Loop() {
+			ctx, cancel := context.WithCancelCause(req)
+			stop := context.AfterFunc(sig, func() { cancel(context.Cause(sig)) })
+			sink = ctx
+			stop()
+			cancel(context.Canceled)
+		}
+	})
+	// No comparison: context.WithCancelCause of the request and its cancel
+	// alone, which both ways above pay: the floor under the lease's figure.
+	b.Run("impl=floor", func(b *testing.B) {
+		b.ReportAllocs()
+		req, cancelReq := context.WithCancel(context.Background())
+		defer cancelReq()
+		for b.Loop() {
+			ctx, cancel := context.WithCancelCause(req)
+			sink = ctx
+			cancel(context.Canceled)
+		}
+	})
+}
+
+// AnyRelease: a holder merges the signals of two long-lived leases for one
+// piece of work and releases the merged signal after. The context way: a
+// context.WithCancelCause and a context.AfterFunc on each lease's context,
+// stopped after.
+func BenchmarkAnyRelease(b *testing.B) {
+	b.Run("impl=lease", func(b *testing.B) {
+		b.ReportAllocs()
+		s1, s2 := controller.New("lock").Signal(), controller.New("leader").Signal()
+		for b.Loop() {
+			m, release := signal.Any(s1, s2)
+			sink = m
+			release()
+		}
+	})
+	b.Run("impl=context", func(b *testing.B) {
+		b.ReportAllocs()
+		sig1, cancel1 := context.WithCancelCause(context.Background())
+		defer cancel1(nil)
+		sig2, cancel2 := context.WithCancelCause(context.Background())
+		defer cancel2(nil)
+		for b.Loop() {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			stop1 := context.AfterFunc(sig1, func() { cancel(context.Cause(sig1)) })
+			stop2 := context.AfterFunc(sig2, func() { cancel(context.Cause(sig2)) })
+			sink = ctx
+			stop1()
+			stop2()
+			cancel(context.Canceled)
+		}
+	})
+}
+
+// anySources is the number of sources AnyScale merges.
+const anySources = 1000
+
+// AnyScale: a signal merged from 1,000 sources, 999 long-lived and one new,
+// and the new one lost; the holder sees the loss, and the 999 no longer hold
+// a registration (TestAnyScaleLeavesSources in package signal checks that, and
+// a flat heap). ns/source is the time per op over 1,000. The context
+// way: a context.WithCancelCause and a context.AfterFunc on each source's
+// context, the other 999 stopped after the loss.
+func BenchmarkAnyScale(b *testing.B) {
+	b.Run("impl=lease", func(b *testing.B) {
+		b.ReportAllocs()
+		sigs := make([]*signal.Signal, anySources)
+		for i := range anySources - 1 {
+			sigs[i] = controller.New("bench").Signal()
+		}
+		for b.Loop() {
+			c := controller.New("bench")
+			sigs[anySources-1] = c.Signal()
+			m, release := signal.Any(sigs...)
+			c.Lose(errCause)
+			<-m.Done()
+			if m.Err() == nil {
+				b.Fatal("merged signal live")
+			}
+			release()
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/anySources, "ns/source")
+	})
+	b.Run("impl=context", func(b *testing.B) {
+		b.ReportAllocs()
+		srcs := make([]context.Context, anySources)
+		for i := range anySources - 1 {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			srcs[i] = ctx
+		}
+		stops := make([]func() bool, anySources)
+		for b.Loop() {
+			src, lose := context.WithCancelCause(context.Background())
+			srcs[anySources-1] = src
+			ctx, cancel := context.WithCancelCause(context.Background())
+			for i, s := range srcs {
+				stops[i] = context.AfterFunc(s, func() { cancel(context.Cause(s)) })
+			}
+			lose(errCause)
+			<-ctx.Done()
+			if context.Cause(ctx) == nil {
+				b.Fatal("merged context live")
+			}
+			for _, stop := range stops {
+				stop()
+			}
+			cancel(context.Canceled)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/anySources, "ns/source")
 	})
 }
 

@@ -88,7 +88,10 @@ func TestCollectable(t *testing.T) {
 			},
 		},
 		{
-			name: "Context after its parent is cancelled",
+			// The lease takes a context whose parent ended off when a later
+			// Context sweeps it (TestContextForgottenCancelHeapFlat in
+			// package signal holds a million).
+			name: "Context after its parent is cancelled, once another Context swept it",
 			setup: func(t *testing.T) (weak.Pointer[payload], []any) {
 				c := controller.New("orders")
 				parent, cancelParent := context.WithCancel(context.Background())
@@ -97,7 +100,9 @@ func TestCollectable(t *testing.T) {
 				cancelParent()
 				<-ctx.Done()
 				_ = cancel // not called: the parent's end must be enough
-				return weak.Make(p), []any{c, parent}
+				other, cancelOther := context.WithCancel(context.Background())
+				_, cancel2 := c.Signal().Context(other)
+				return weak.Make(p), []any{c, parent, cancelOther, cancel2}
 			},
 		},
 		{

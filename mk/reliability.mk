@@ -5,6 +5,7 @@
 
 STATICCHECK      ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 STRESS_HISTORIES ?= 100000
+STRESS_FORGOTTEN ?= 1000000
 
 .PHONY: lint fuzz stress
 
@@ -19,7 +20,10 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzLease$$' -fuzztime=$(FUZZTIME) ./controller
 
 ## stress: under the race detector, STRESS_HISTORIES linearizability
-## histories and the full soak (100,000 leases); prints the figures.
+## histories, the full soak (100,000 leases) and STRESS_FORGOTTEN contexts
+## whose cancel is forgotten on one live lease; prints the figures.
 stress:
 	$(GO) test -race -count=1 -timeout=30m -v -run='^(TestLinearizable|TestSoak)$$' ./controller \
 		-lin.histories=$(STRESS_HISTORIES) -soak
+	$(GO) test -race -count=1 -timeout=30m -v -run='^TestContextForgottenCancelHeapFlat$$' ./signal \
+		-forgotten=$(STRESS_FORGOTTEN)

@@ -596,3 +596,42 @@ func TestLoseReturnsAfterRegistrations(t *testing.T) {
 		}
 	}
 }
+
+// A signal merged from 1,000 sources, one of them lost: the merged signal is
+// lost with that source's error, every one of the other 999 holds no
+// registration afterwards, and round after round the heap stays flat.
+func TestAnyScaleLeavesSources(t *testing.T) {
+	const sources = 1000
+	const rounds = 200
+	const bound = 256 << 10 // bytes; one leaked registration per round is more
+	sigs := make([]*signal.Signal, sources)
+	for i := range sources - 1 {
+		sigs[i] = controller.New(fmt.Sprint("shard/", i)).Signal()
+	}
+	round := func() {
+		c := controller.New("lock")
+		sigs[sources-1] = c.Signal()
+		merged, release := signal.Any(sigs...)
+		defer release()
+		c.Lose(errRefused)
+		if got, want := merged.Err(), lostErr(t, c); got != want {
+			t.Fatalf("merged Err() = %v, want %v", got, want)
+		}
+		for i, s := range sigs[:sources-1] {
+			if n := signal.Registrations(s); n != 0 {
+				t.Fatalf("source %d keeps %d registrations after the loss, want 0", i, n)
+			}
+		}
+	}
+	round() // warm up
+	before := heapAlloc()
+	for range rounds {
+		round()
+	}
+	after := heapAlloc()
+	growth := int64(after) - int64(before)
+	t.Logf("%d rounds of Any over %d sources: heap %d -> %d bytes (%+d)", rounds, sources, before, after, growth)
+	if growth > bound {
+		t.Errorf("heap grew by %d bytes over %d rounds, want at most %d", growth, rounds, bound)
+	}
+}

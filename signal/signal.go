@@ -114,11 +114,20 @@ func (s *Signal) AfterLoss(f func()) (stop func() bool) {
 // context: a request made with it is cut when the lease is lost.
 //
 // When parent was made by package context (or is Background), the context
-// starts no goroutine while it and the lease live; like [context.AfterFunc],
-// it may start one to watch a parent of another type. Canceling it removes
-// its registration from the signal, and so does the end of parent;
-// as with [context.WithCancel], call cancel as soon as the work done under
-// the context is complete.
+// starts no goroutine while it and the lease live; like [context.WithCancel],
+// it may start one to watch a parent of another type. As with
+// context.WithCancel, call cancel as soon as the work done under the context
+// is complete: canceling it removes its registration from the signal.
+//
+// The memory a live signal holds stays bounded by the contexts made from it
+// that are live, even when a holder forgets cancel: a context whose parent
+// has ended is taken off the signal by the next calls to Context, each of
+// which looks at two earlier registrations and drops those already done, or
+// by the loss or the release. So a signal keeps at most about twice as many
+// registrations as the most contexts made from it that were live at once,
+// and a call to Context never adds more than one. A context made from
+// Background is a child of the signal's own context and costs what
+// [context.WithCancel] of a context costs.
 //
 // Context panics if parent is nil.
 func (s *Signal) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {

@@ -3,6 +3,7 @@ package signal_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"runtime"
 	"sync"
@@ -585,3 +586,84 @@ func TestContextLostWhileContextRegisters(t *testing.T) {
 		}
 	}
 }
+
+// forgotten is how many contexts TestContextForgottenCancelHeapFlat makes:
+// make test runs 100,000 under the race detector, make stress a million.
+var forgotten = flag.Int("forgotten", 100_000, "contexts with a forgotten cancel that TestContextForgottenCancelHeapFlat makes")
+
+// The memory a live lease holds stays bounded by the contexts that are still
+// live, whatever holders forget: a million contexts made from request
+// contexts that end, each cancel forgotten (go vet's lostcancel does not
+// know Signal.Context), leave the heap where it was, and the lease keeps a
+// handful of registrations, not a million.
+func TestContextForgottenCancelHeapFlat(t *testing.T) {
+	const bound = 256 << 10 // bytes; one leaked byte per context is 1 MB
+	c := controller.New("orders")
+	sig := c.Signal()
+	forget := func(n int) {
+		for range n {
+			req, cancelReq := context.WithCancel(context.Background())
+			ctx, cancel := sig.Context(req)
+			_ = cancel // forgotten
+			cancelReq()
+			<-ctx.Done()
+		}
+	}
+	forget(1000) // warm up pools and size classes
+
+	n := *forgotten
+	before := heapAlloc()
+	forget(n)
+	after := heapAlloc()
+	growth := int64(after) - int64(before)
+	t.Logf("%d contexts over ended requests, cancel forgotten: heap %d -> %d bytes (%+d), %d registrations kept",
+		n, before, after, growth, signal.Registrations(sig))
+	if growth > bound {
+		t.Errorf("heap grew by %d bytes over %d contexts whose requests ended, want at most %d", growth, n, bound)
+	}
+	if got := signal.Registrations(sig); got > 2 {
+		t.Errorf("the lease keeps %d registrations with no context live, want at most 2", got)
+	}
+	// The lease is still live and still works.
+	ctx, cancel := sig.Context(context.WithValue(context.Background(), forgottenKey{}, 1))
+	defer cancel()
+	c.Lose(errRefused)
+	if got := context.Cause(ctx); !errors.Is(got, errRefused) {
+		t.Errorf("Cause() = %v after the loss, want the loss", got)
+	}
+}
+
+// The bound is the contexts still live: the same measure sees contexts whose
+// requests are live, each kept with its registration, so the test above
+// cannot pass by measuring nothing; the loss then drops them all.
+func TestContextLiveRequestsAreKept(t *testing.T) {
+	const n = 20_000
+	const least = n * 100 // bytes; a context with its registration takes more
+	c := controller.New("orders")
+	sig := c.Signal()
+	before := heapAlloc()
+	var cancelReqs []context.CancelFunc
+	for range n {
+		req, cancelReq := context.WithCancel(context.Background())
+		sig.Context(req) // cancel forgotten, request live
+		cancelReqs = append(cancelReqs, cancelReq)
+	}
+	after := heapAlloc()
+	growth := int64(after) - int64(before)
+	t.Logf("%d contexts over live requests: heap %d -> %d bytes (%+d), %d registrations", n, before, after, growth, signal.Registrations(sig))
+	if growth < least {
+		t.Errorf("heap grew by %d bytes over %d live contexts, want at least %d", growth, n, least)
+	}
+	if got := signal.Registrations(sig); got != n {
+		t.Errorf("the lease keeps %d registrations, want %d, one per live context", got, n)
+	}
+	c.Lose(errRefused)
+	if got := signal.Registrations(sig); got != 0 {
+		t.Errorf("after the loss the lease keeps %d registrations, want 0", got)
+	}
+	for _, cancelReq := range cancelReqs {
+		cancelReq()
+	}
+}
+
+type forgottenKey struct{}

@@ -2,13 +2,14 @@ package core
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/zukhruf/lease/lost"
 )
 
 // A merged lease is lost with the error of the first of its sources to be
 // lost. It is an ordinary Lease, so everything a holder does with a signal
-// works on it, with one registration on each source: a waiter whose cancel
+// works on it, with one registration on each source: a waiter whose lose
 // loses the merged lease with the source's own *lost.Error.
 //
 // The registrations are what a long-lived source would otherwise keep for
@@ -16,7 +17,7 @@ import (
 // cannot matter: at release, at the merged lease's loss, and, one by one, as
 // each source ends.
 type merged struct {
-	Lease          // the merged lease itself; &m.Lease is what Any returns
+	Lease          // the merged lease itself, first, so that asMerged finds m; &m.Lease is what Any returns
 	srcs  []waiter // one per source, all in one allocation
 }
 
@@ -29,14 +30,13 @@ type merged struct {
 // order given wins. Any of no source gives a lease that is never lost.
 func Any(n int, src func(i int) *Lease) (l *Lease, release func()) {
 	m := &merged{srcs: make([]waiter, n)}
-	lose := func(err error) { m.lose(err.(*lost.Error)) }
+	m.err = *lost.New("", fromSource{})
+	lose := m.lose // one func for every waiter
 	// Every waiter is complete before the first is shared: a source lost
 	// during the loop reads all of them to take them off.
 	for i := range m.srcs {
-		s := src(i)
-		m.srcs[i] = waiter{lease: s, cancel: lose}
+		m.srcs[i] = waiter{lease: src(i), lose: lose}
 	}
-	m.subject = m.subjects()
 	for i := range m.srcs {
 		w := &m.srcs[i]
 		if w.lease.add(w) {
@@ -58,23 +58,14 @@ func Any(n int, src func(i int) *Lease) (l *Lease, release func()) {
 }
 
 // subjects returns the subjects of m's sources, joined by ", ", for String.
+// They are read only when asked for: a merged lease's Err reports its
+// source's error, which names the source's subject.
 func (m *merged) subjects() string {
-	if len(m.srcs) == 1 {
-		return m.srcs[0].lease.subject
-	}
-	size := 0
+	subjects := make([]string, len(m.srcs))
 	for i := range m.srcs {
-		size += len(", ") + len(m.srcs[i].lease.subject)
+		subjects[i] = m.srcs[i].lease.Subject()
 	}
-	var b strings.Builder
-	b.Grow(size)
-	for i := range m.srcs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(m.srcs[i].lease.subject)
-	}
-	return b.String()
+	return strings.Join(subjects, ", ")
 }
 
 // lose loses m with err, the error of one of its sources, and takes m's
@@ -100,6 +91,9 @@ func (m *merged) unregister() {
 	}
 }
 
-// loseWith is Lose with the error given rather than made from the subject, so
-// that a merged lease reports the very value its source reports.
-func (l *Lease) loseWith(err *lost.Error) bool { return l.lose(nil, err) }
+// loseWith loses a merged lease with err, its source's error, which Err then
+// reports as it is.
+func (l *Lease) loseWith(err *lost.Error) bool { return l.lose(fromSource{err}) }
+
+// asMerged returns the merged lease whose Lease l is; l must be one.
+func (l *Lease) asMerged() *merged { return (*merged)(unsafe.Pointer(l)) }

@@ -26,13 +26,16 @@ import (
 //
 // The zero Lease is live with an empty subject.
 type Lease struct {
-	_       noCopy
-	state   stateWord
-	mu      sync.Mutex // guards the fields below; writes of state and done happen under it
-	subject string
-	done    unsafe.Pointer // the Done channel once made; see Done
-	err     *lost.Error    // set once, before state becomes lost
-	waiters *waiter        // registrations to fire at the loss, newest first
+	_     noCopy
+	state stateWord
+	mu    sync.Mutex // guards the fields below; writes of state and done happen under it
+	// err is the error Err returns, kept in the lease so that a loss makes no
+	// allocation of its own. It holds the subject from New; the loss writes
+	// it whole, once, before the state becomes lost, and then it is never
+	// written again. For a lease made by Any, its cause is a fromSource.
+	err  lost.Error
+	done unsafe.Pointer // the Done channel once made; see Done
+	regs *registry      // what is registered on a live lease; nil until the first registration
 }
 
 // noCopy makes go vet's copylocks check report a copied Lease.
@@ -41,40 +44,57 @@ type noCopy struct{}
 func (*noCopy) Lock()   {}
 func (*noCopy) Unlock() {}
 
-// A waiter is one registration: an AfterLoss callback or a derived context.
+// A registry holds what is registered on a live lease. It is made at the
+// first registration, so that a lease nobody registers on stays one
+// allocation of 64 bytes, and dropped at the loss or the end.
+type registry struct {
+	waiters *waiter // AfterLoss callbacks and merged leases, newest first
+
+	// ctx is the lease as a context, made by the first Context with a parent
+	// that carries nothing (Background or TODO); such contexts are its
+	// children. cancelCtx is called with the loss.
+	ctx       context.Context
+	cancelCtx context.CancelCauseFunc
+
+	// ctxs are the contexts made from any other parent. A context whose
+	// parent ends is not taken off at once (that would need a registration
+	// on the parent for every context, three allocations): each new entry
+	// first sweeps two old ones and drops those already done, so that the
+	// entries stay bounded by the contexts still live (about twice their
+	// number), whatever holders forget.
+	ctxs  []ctxEntry
+	sweep int // where the next sweep of ctxs looks
+}
+
+// A ctxEntry is a context made from a parent other than Background, with the
+// func that cancels it with the loss.
+type ctxEntry struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// A waiter is one registration of an AfterLoss callback or a merged lease.
 type waiter struct {
 	lease      *Lease // set before the waiter is shared, never changed: stop reads it unlocked
 	prev, next *waiter
-	f          func()                  // AfterLoss: started in its own goroutine
-	cancel     context.CancelCauseFunc // Context: called with the loss
-	stopParent func() bool             // Context: takes the registration on the parent off; set before w is shared
+	f          func()                // AfterLoss: started in its own goroutine
+	lose       func(err *lost.Error) // Any: loses the merged lease with the source's error
 	linked     bool
 }
 
 // unlink clears w's links and what it would call, so that a stop func the
 // holder keeps does not keep the callback alive. It runs with the mutex held.
 func (w *waiter) unlink() {
-	w.prev, w.next, w.f, w.cancel, w.linked = nil, nil, nil, nil, false
+	w.prev, w.next, w.f, w.lose, w.linked = nil, nil, nil, nil, false
 }
 
 // detach clears w's links and what it would call, and returns them. Lose and
 // End call it without the mutex, on waiters they have taken off a lease that
 // is no longer live: a concurrent stop sees the state and leaves them alone.
-func (w *waiter) detach() (next *waiter, f func(), cancel context.CancelCauseFunc) {
-	next, f, cancel = w.next, w.f, w.cancel
-	w.prev, w.next, w.f, w.cancel = nil, nil, nil, nil
-	return next, f, cancel
-}
-
-// stopParentRegistration takes a context's registration off its parent
-// once the lease is lost or ended: it only served to take the context off
-// the lease, and would otherwise keep the context and the lease for as long
-// as the parent lives. It runs without the mutex, since it takes the
-// parent's.
-func (w *waiter) stopParentRegistration() {
-	if w.stopParent != nil {
-		w.stopParent()
-	}
+func (w *waiter) detach() (next *waiter, f func(), lose func(*lost.Error)) {
+	next, f, lose = w.next, w.f, w.lose
+	w.prev, w.next, w.f, w.lose = nil, nil, nil, nil
+	return next, f, lose
 }
 
 // closedchan is returned by Done when the lease was lost before anyone asked
@@ -84,10 +104,24 @@ var closedchan = make(chan struct{})
 func init() { close(closedchan) }
 
 // New returns a live lease on subject.
-func New(subject string) *Lease { return &Lease{subject: subject} }
+func New(subject string) *Lease {
+	l := &Lease{}
+	l.err = *lost.New(subject, nil)
+	return l
+}
 
-// Subject returns what the lease gives the right to.
-func (l *Lease) Subject() string { return l.subject }
+// Subject returns what the lease gives the right to; for a merged lease, the
+// subjects of its sources. It takes the mutex: the subject lives in err,
+// which the loss writes whole.
+func (l *Lease) Subject() string {
+	l.mu.Lock()
+	merged, subject := l.isMerged(), l.err.Subject()
+	l.mu.Unlock()
+	if merged {
+		return l.asMerged().subjects()
+	}
+	return subject
+}
 
 // Err returns nil while the lease is live or ended, and the loss once it is lost.
 // A receiver woken by the close of Done must find the error, and whoever
@@ -107,69 +141,104 @@ func (l *Lease) Err() error {
 func (l *Lease) errNotLive() error {
 	switch l.state.load() {
 	case stateLost:
-		return l.err
+		return l.lossErr()
 	case stateLosing:
 		// Lose holds the mutex until Done is closed and the state is lost.
 		l.mu.Lock()
 		l.mu.Unlock()
-		return l.err
+		return l.lossErr()
 	}
 	return nil
 }
 
-func (l *Lease) makeDone() chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if c := l.loadDone(); c != nil {
-		return c
+// lossErr returns the error of a lost lease: its own, or for a merged lease
+// the very value its source reports.
+func (l *Lease) lossErr() *lost.Error {
+	if f, ok := l.err.Unwrap().(fromSource); ok {
+		return f.err
 	}
+	return &l.err
+}
+
+// fromSource is the cause in the err of a merged lease: nil while it is live,
+// then the error of the source that lost it. No other package can make one,
+// so no issuer's cause is taken for it.
+type fromSource struct{ err *lost.Error }
+
+func (f fromSource) Error() string { return f.err.Error() }
+
+// isMerged reports whether l was made by Any. It runs with the mutex held.
+func (l *Lease) isMerged() bool {
+	_, ok := l.err.Unwrap().(fromSource)
+	return ok
+}
+
+// makeDone makes the Done channel, or finds the one another call made, or
+// the closedchan of a loss that made none. It takes no lock: the channel is
+// put in place by a compare-and-swap, which Lose does too, so that either
+// Lose finds the new channel and closes it, or makeDone finds Lose's
+// closedchan.
+func (l *Lease) makeDone() chan struct{} {
 	if l.state.load() == stateLost {
-		// Kept, so that later calls take the fast path.
-		l.storeDone(closedchan)
-		return closedchan
+		// No channel is made for a loss nobody waited for; see Lose.
+		return l.loadDone()
 	}
 	c := make(chan struct{})
-	l.storeDone(c)
-	return c
+	if l.casDone(c) {
+		return c
+	}
+	return l.loadDone()
 }
 
 // Lose loses a live lease with cause and reports whether this call lost it.
-func (l *Lease) Lose(cause error) bool { return l.lose(cause, nil) }
+func (l *Lease) Lose(cause error) bool { return l.lose(cause) }
 
-// lose loses a live lease with err, or when err is nil with a new error for
-// the subject and cause, and reports whether this call lost it.
-func (l *Lease) lose(cause error, err *lost.Error) bool {
+// lose loses a live lease with cause, which for a merged lease is its
+// source's *lost.Error, and reports whether this call lost it.
+func (l *Lease) lose(cause error) bool {
 	l.mu.Lock()
 	if l.state.load() != stateLive {
 		l.mu.Unlock()
 		return false
 	}
-	if err == nil {
-		err = lost.New(l.subject, cause)
-	}
-	l.err = err
+	l.err = *lost.New(l.err.Subject(), cause)
 	// Err reads the state without the mutex; see Err for why the state is
-	// losing while Done is closed.
+	// losing while Done is closed. With no channel yet, closedchan takes its
+	// place, so that a racing makeDone finds it.
 	l.state.store(stateLosing)
-	if c := l.loadDone(); c != nil {
-		close(c)
+	if c := l.loadDone(); c != nil || !l.casDone(closedchan) {
+		close(l.loadDone())
 	}
 	l.state.store(stateLost)
-	w := l.waiters
-	l.waiters = nil
+	r := l.regs
+	l.regs = nil
 	l.mu.Unlock()
 
-	for w != nil {
-		next, f, cancel := w.detach()
-		if cancel != nil {
-			cancel(err)
+	if r != nil {
+		r.fire(l.lossErr())
+	}
+	return true
+}
+
+// fire cancels every context in r and loses or starts every waiter, after
+// the loss: r is off the lease, and nothing adds to it any more.
+func (r *registry) fire(err *lost.Error) {
+	if r.cancelCtx != nil {
+		r.cancelCtx(err)
+	}
+	for i := range r.ctxs {
+		r.ctxs[i].cancel(err)
+	}
+	r.ctxs = nil
+	for w := r.waiters; w != nil; {
+		next, f, lose := w.detach()
+		if lose != nil {
+			lose(err)
 		} else {
 			go f()
 		}
-		w.stopParentRegistration()
 		w = next
 	}
-	return true
 }
 
 // End ends a live lease and reports whether this call ended it.
@@ -180,18 +249,29 @@ func (l *Lease) End() bool {
 		return false
 	}
 	l.state.store(stateEnded)
-	w := l.waiters
-	l.waiters = nil
+	r := l.regs
+	l.regs = nil
 	l.mu.Unlock()
 
 	// Drop every registration and what it holds, even where the holder
-	// keeps its stop func: nothing can fire any more.
-	for w != nil {
-		next, _, _ := w.detach()
-		w.stopParentRegistration()
-		w = next
+	// keeps its stop func: nothing can fire any more. The lease's context
+	// is never cancelled now; its children stay its own, and go with it.
+	if r != nil {
+		r.ctxs = nil
+		for w := r.waiters; w != nil; {
+			w, _, _ = w.detach()
+		}
 	}
 	return true
+}
+
+// registry returns l's registry, made if need be. It runs with the mutex
+// held, on a live lease.
+func (l *Lease) registry() *registry {
+	if l.regs == nil {
+		l.regs = &registry{}
+	}
+	return l.regs
 }
 
 // AfterLoss arranges for f to run in its own goroutine after the loss.
@@ -209,45 +289,112 @@ func (l *Lease) AfterLoss(f func()) (stop func() bool) {
 // WithCancel returns a copy of parent that is cancelled with the loss as its
 // cause.
 func (l *Lease) WithCancel(parent context.Context) (context.Context, context.CancelFunc) {
+	if parent == context.Background() || parent == context.TODO() {
+		// A parent that carries nothing: the context is a child of the lease's
+		// own context, made by package context, which costs what
+		// context.WithCancel costs and nothing more. The loss cancels the
+		// lease's context, and context cancels its children with its cause.
+		if ctx := l.context(); ctx != nil {
+			return context.WithCancel(ctx)
+		}
+		// Ended: the lease never cancels anything now.
+		return context.WithCancel(parent)
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	if ctx.Err() != nil {
-		// The parent has ended: nothing to register, and no AfterFunc
-		// goroutine to start for nothing.
+		// The parent has ended: nothing to register.
 		return ctx, func() { cancel(context.Canceled) }
 	}
-	w := &waiter{lease: l, cancel: cancel}
-	if parent.Done() != nil && l.state.load() == stateLive {
-		// When the parent ends the context, the registration goes too, so a
-		// long-lived lease does not keep dead contexts. For a parent made by
-		// package context, the goroutine that context.AfterFunc starts runs
-		// only then, never while both live.
-		// It is set up before w is shared so that Lose finds it and takes it
-		// off the parent.
-		w.stopParent = context.AfterFunc(parent, func() { w.stop() })
-	}
-	if !l.add(w) {
-		if w.stopParent != nil {
-			w.stopParent()
-		}
+	i, ok := l.addCtx(ctx, cancel)
+	if !ok {
 		if err := l.Err(); err != nil {
 			cancel(err)
 		}
 		return ctx, func() { cancel(context.Canceled) }
 	}
-	if parent.Err() != nil {
-		// The parent ended before w was linked, so its AfterFunc may have
-		// found nothing to stop.
-		w.stop()
-	}
-	stopParent := w.stopParent
-	if stopParent == nil {
-		stopParent = stopped
-	}
 	return ctx, func() {
-		w.stop()
-		stopParent()
+		l.dropCtx(i, ctx)
 		cancel(context.Canceled)
 	}
+}
+
+// context returns the lease as a context, made if need be, or nil once the
+// lease is ended. Once it is lost, a context already cancelled with the loss.
+func (l *Lease) context() context.Context {
+	l.mu.Lock()
+	switch l.state.load() {
+	case stateLive:
+		r := l.registry()
+		if r.ctx == nil {
+			r.ctx, r.cancelCtx = context.WithCancelCause(context.Background())
+		}
+		ctx := r.ctx
+		l.mu.Unlock()
+		return ctx
+	case stateEnded:
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(l.lossErr())
+	return ctx
+}
+
+// addCtx records ctx, made from a parent other than Background, with the
+// func that cancels it, and returns where it put it; it reports false when
+// the lease is not live.
+func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state.load() != stateLive {
+		return 0, false
+	}
+	r := l.registry()
+	r.sweepCtxs()
+	r.ctxs = append(r.ctxs, ctxEntry{ctx, cancel})
+	return len(r.ctxs) - 1, true
+}
+
+// sweepCtxs looks at the next two entries of r.ctxs and drops those whose
+// context is done, whether by its parent or by a cancel that found its entry
+// moved; it gives back memory once most entries are gone. It runs with the
+// mutex held.
+func (r *registry) sweepCtxs() {
+	for range 2 {
+		if len(r.ctxs) == 0 {
+			break
+		}
+		if r.sweep >= len(r.ctxs) {
+			r.sweep = 0
+		}
+		if r.ctxs[r.sweep].ctx.Err() != nil {
+			r.removeCtx(r.sweep)
+		} else {
+			r.sweep++
+		}
+	}
+	if c := cap(r.ctxs); c > 64 && len(r.ctxs) < c/4 {
+		r.ctxs = append(make([]ctxEntry, 0, 2*len(r.ctxs)), r.ctxs...)
+	}
+}
+
+// removeCtx takes entry i off r.ctxs, moving the last one into its place.
+func (r *registry) removeCtx(i int) {
+	last := len(r.ctxs) - 1
+	r.ctxs[i] = r.ctxs[last]
+	r.ctxs[last] = ctxEntry{}
+	r.ctxs = r.ctxs[:last]
+}
+
+// dropCtx takes ctx off the lease if it is still at i; if a sweep moved it,
+// the sweep will find it done.
+func (l *Lease) dropCtx(i int, ctx context.Context) {
+	l.mu.Lock()
+	if r := l.regs; r != nil && i < len(r.ctxs) && r.ctxs[i].ctx == ctx {
+		r.removeCtx(i)
+	}
+	l.mu.Unlock()
 }
 
 // add links w in and reports true while the lease is live, or reports false.
@@ -257,12 +404,13 @@ func (l *Lease) add(w *waiter) bool {
 	if l.state.load() != stateLive {
 		return false
 	}
+	r := l.registry()
 	w.linked = true
-	w.next = l.waiters
+	w.next = r.waiters
 	if w.next != nil {
 		w.next.prev = w
 	}
-	l.waiters = w
+	r.waiters = w
 	return true
 }
 
@@ -277,7 +425,7 @@ func (w *waiter) stop() bool {
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
-		l.waiters = w.next
+		l.regs.waiters = w.next
 	}
 	if w.next != nil {
 		w.next.prev = w.prev
@@ -291,10 +439,17 @@ func stopped() bool { return false }
 // String returns kind, the subject and the state, for logs:
 // signal.Signal("orders", lost: the coordinator refused the claim).
 func (l *Lease) String(kind string) string {
-	s := kind + "(" + strconv.Quote(l.subject)
-	switch l.state.load() {
-	case stateLosing, stateLost:
-		if cause := l.err.Unwrap(); cause != nil {
+	s := kind + "(" + strconv.Quote(l.Subject())
+	l.mu.Lock()
+	st := l.state.load()
+	var cause error
+	if st == stateLost {
+		cause = l.lossErr().Unwrap()
+	}
+	l.mu.Unlock()
+	switch st {
+	case stateLost:
+		if cause != nil {
 			return s + ", lost: " + cause.Error() + ")"
 		}
 		return s + ", lost)"
@@ -302,4 +457,20 @@ func (l *Lease) String(kind string) string {
 		return s + ", ended)"
 	}
 	return s + ", live)"
+}
+
+// Registrations returns how many registrations l keeps: callbacks, merged
+// leases and contexts, counting a context made from Background (a child of
+// the lease's own context) as none. Tests use it to show what a lease holds.
+func (l *Lease) Registrations() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.regs == nil {
+		return 0
+	}
+	n := len(l.regs.ctxs)
+	for w := l.regs.waiters; w != nil; w = w.next {
+		n++
+	}
+	return n
 }

@@ -33,8 +33,9 @@ func (w *stateWord) store(s state) { w.v.Store(s) }
 // holder's select. Anything heavier (an atomic.Value and its type assertion,
 // or one more wrapper type or method) pushes Done over the compiler's
 // inlining budget; for the same reason Done's fast path is written here, next
-// to the load, rather than through a helper. done is written only with the
-// Lease's mutex held.
+// to the load, rather than through a helper. done goes from nil to a channel
+// once, by a compare-and-swap: makeDone's new channel, or Lose's closedchan
+// when nobody asked for one; only Lose closes it.
 
 // Done returns a channel that is closed at the loss.
 func (l *Lease) Done() <-chan struct{} {
@@ -49,6 +50,7 @@ func (l *Lease) loadDone() chan struct{} {
 	return *(*chan struct{})(unsafe.Pointer(&p))
 }
 
-func (l *Lease) storeDone(c chan struct{}) {
-	syncatomic.StorePointer(&l.done, *(*unsafe.Pointer)(unsafe.Pointer(&c)))
+// casDone stores c in done if done is nil, and reports whether it did.
+func (l *Lease) casDone(c chan struct{}) bool {
+	return syncatomic.CompareAndSwapPointer(&l.done, nil, *(*unsafe.Pointer)(unsafe.Pointer(&c)))
 }
