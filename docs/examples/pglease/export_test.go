@@ -16,3 +16,16 @@ func SetTimeouts(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	_, _, err = prepare(ctx, conn, c, 0)
 	return err
 }
+
+// Claim records a live lease of this process on the lock of key in conn's
+// server and database, as Lock does once the server grants it, and returns
+// the func that ends the record.
+func Claim(ctx context.Context, conn *pgx.Conn, key int64) (func(), error) {
+	id := lockID{key: key}
+	err := conn.QueryRow(ctx, `select (select system_identifier::text from pg_control_system()),
+		(select oid from pg_database where datname = current_database())`).Scan(&id.system, &id.db)
+	if err != nil {
+		return nil, err
+	}
+	return claim(ctx, id)
+}

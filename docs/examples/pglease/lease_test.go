@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/zukhruf/lease/docs/examples/pglease"
 	"github.com/zukhruf/lease/lost"
 )
@@ -216,4 +215,3 @@ func TestUnlockLeavesOtherLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-

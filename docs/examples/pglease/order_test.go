@@ -2,6 +2,7 @@ package pglease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -156,4 +157,39 @@ func TestFenceRefusesStaleWrite(t *testing.T) {
 		t.Errorf("balance = %d, %v; want 30", balance, err)
 	}
 	unlock(t, lb)
+}
+
+// TestLockWaitsForTheProcesssLease has the server grant B's Lock while a
+// lease of this process is recorded live on the same lock, as happens
+// between the server freeing a lost holder's lock and that holder reading
+// why: B's Lock returns only once the record ends, or, cut by its context
+// first, gives the lock back and leaves its connection usable.
+func TestLockWaitsForTheProcesssLease(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	b := connect(t, server, server.Addr())
+	ctx := context.Background()
+	key := pglease.Key("recorded")
+	end, err := pglease.Claim(ctx, admin, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := fast.Lock(cctx, b, "recorded"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock while the process's lease is live = %v, want context.DeadlineExceeded", err)
+	}
+	if n := advisoryLocks(t, admin); n != 0 {
+		t.Errorf("%d advisory locks after the cut Lock, want 0", n)
+	}
+	var ended atomic.Bool
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		ended.Store(true)
+		end()
+	}()
+	l := lock(t, fast, b, "recorded")
+	if !ended.Load() {
+		t.Error("Lock returned while the process's lease was live")
+	}
+	unlock(t, l)
 }
