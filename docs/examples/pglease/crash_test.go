@@ -13,7 +13,8 @@ import (
 // own: the postmaster then ends every other backend and restarts. A lease
 // whose own backend is killed sees the connection end with no word
 // (ErrConnLost); a lease whose backend is ended because another crashed is
-// told (ErrShutdown, SQLSTATE 57P02).
+// told (ErrShutdown, SQLSTATE 57P02), unless the signal cut the backend's
+// warning short.
 func TestLostWhenBackendsCrash(t *testing.T) {
 	s, err := pgtest.Start()
 	if err != nil {
@@ -29,8 +30,12 @@ func TestLostWhenBackendsCrash(t *testing.T) {
 	if err := waitLost(t, lOwn); !isLost(err, pglease.ErrConnLost) {
 		t.Errorf("own backend killed: Err() = %v, want ErrConnLost", err)
 	}
-	if err := waitLost(t, lOther); !isLost(err, pglease.ErrShutdown) {
-		t.Errorf("another backend killed: Err() = %v, want ErrShutdown", err)
+	// The warning is lost if the signal comes while the backend sends a
+	// heartbeat's reply; the connection then just ends.
+	if err := waitLost(t, lOther); !isLost(err, pglease.ErrShutdown) && !isLost(err, pglease.ErrConnLost) {
+		t.Errorf("another backend killed: Err() = %v, want ErrShutdown (or ErrConnLost)", err)
+	} else {
+		t.Logf("another backend killed: %v", err)
 	}
 	lOwn.Unlock(context.Background())
 	lOther.Unlock(context.Background())

@@ -170,9 +170,12 @@ func TestFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			f, want := fFast, pglease.ErrTerminated
+			f, want := fFast, []error{pglease.ErrTerminated}
 			if mode == "immediate" {
-				f, want = fImmediate, pglease.ErrShutdown
+				// The backend's warning is lost when the signal comes
+				// while it sends a heartbeat's reply: then the connection
+				// just ends.
+				f, want = fImmediate, []error{pglease.ErrShutdown, pglease.ErrConnLost}
 			}
 			for i := range trials(20, 2) {
 				add(f, shutdownTrial(t, s, mode, fmt.Sprintf("%s-%d", mode, i), want))
@@ -427,7 +430,7 @@ func sameProcessTrial(t *testing.T, admin *pgx.Conn, subject string) faulttrial.
 
 // shutdownTrial stops s with pg_ctl stop -m mode while A holds a lease, then
 // starts it again and has B take the lock.
-func shutdownTrial(t *testing.T, s *pgtest.Server, mode, subject string, cause error) faulttrial.Trial {
+func shutdownTrial(t *testing.T, s *pgtest.Server, mode, subject string, causes []error) faulttrial.Trial {
 	t.Helper()
 	aConn := dial(t, s, s.Addr())
 	defer aConn.Close(context.Background())
@@ -453,8 +456,8 @@ func shutdownTrial(t *testing.T, s *pgtest.Server, mode, subject string, cause e
 	if lost {
 		aErr := a.Signal().Err()
 		tr.Detection, tr.Cause, tr.Overlap = doneAt.Sub(at), aErr.Error(), doneAt.Sub(grantAt)
-		if !errors.Is(aErr, cause) {
-			t.Errorf("A's Err() = %v, want %v", aErr, cause)
+		if !slices.ContainsFunc(causes, func(c error) bool { return errors.Is(aErr, c) }) {
+			t.Errorf("A's Err() = %v, want one of %v", aErr, causes)
 		}
 	}
 	a.Unlock(context.Background())
