@@ -1,4 +1,5 @@
-# Benchmarks of the lease beside context and a hand-rolled signal, in bench/,
+# Benchmarks of the lease beside its peers (context, a context child of a
+# lease that is a context, and a hand-rolled signal), in bench/,
 # a module of its own. `make bench` takes minutes and is not part of
 # `make test`; test-bench, which is, runs bench/'s tests (the check that
 # Signal.Err and Signal.Done are inlined into a holder) and no benchmark.
@@ -31,5 +32,7 @@ bench:
 	cd bench && $(GO) tool benchstat -filter '/impl:(context OR lease)' -col '/impl@(context lease)' $(BENCH_TXT)
 	cd bench && $(GO) tool benchstat -filter '.name:ErrLost /impl:(context.Cause OR lease)' -col '/impl@(context.Cause lease)' $(BENCH_TXT)
 	cd bench && $(GO) tool benchstat -filter '/impl:(handrolled OR lease)' -col '/impl@(handrolled lease)' $(BENCH_TXT)
+	cd bench && $(GO) tool benchstat -filter '.name:Context /impl:(context.child OR lease)' -col '/impl@(context.child lease)' $(BENCH_TXT)
+	cd bench && $(GO) tool benchstat -filter '.name:ContextRequest /impl:(floor OR lease)' -col '/impl@(floor lease)' $(BENCH_TXT)
 	cd bench && $(GO) tool benchstat -filter '/impl:(lease.viacontroller OR lease)' -col '/impl@(lease lease.viacontroller)' $(BENCH_TXT)
 	cd bench && $(GO) run ./cmd/benchreport -svg ../docs/benchmarks.svg $(BENCH_TXT)

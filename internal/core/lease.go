@@ -104,11 +104,7 @@ var closedchan = make(chan struct{})
 func init() { close(closedchan) }
 
 // New returns a live lease on subject.
-func New(subject string) *Lease {
-	l := &Lease{}
-	l.err = *lost.New(subject, nil)
-	return l
-}
+func New(subject string) *Lease { return &Lease{err: *lost.New(subject, nil)} }
 
 // Subject returns what the lease gives the right to; for a merged lease, the
 // subjects of its sources. It takes the mutex: the subject lives in err,
@@ -211,12 +207,13 @@ func (l *Lease) lose(cause error) bool {
 	}
 	l.state.store(stateLost)
 	r := l.regs
+	if r == nil {
+		l.mu.Unlock()
+		return true
+	}
 	l.regs = nil
 	l.mu.Unlock()
-
-	if r != nil {
-		r.fire(l.lossErr())
-	}
+	r.fire(l.lossErr())
 	return true
 }
 

@@ -28,27 +28,37 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// A goal is the target for one benchmark: the lease's median over
-// context's median, in unit, at most ratio; and at most allocs allocations
-// per op (-1: none set).
+// A goal is a target for one benchmark against one peer: the lease's median
+// over the peer's, in unit, at most ratio (0: none set, the figure is only
+// stated); and at most allocs allocations (-1: none set) and bytes B/op (0:
+// none set) per op. With asPeer, the lease may allocate no more, in count and
+// bytes, than the peer; with halfPeer, at most half the peer's count.
 type goal struct {
-	name   string
-	unit   string
-	ratio  float64
-	allocs float64
-	bytes  float64 // B/op at most; 0: none set
+	name     string
+	unit     string
+	peer     string
+	ratio    float64
+	allocs   float64
+	bytes    float64
+	asPeer   bool
+	halfPeer bool
 }
 
 var goals = []goal{
-	{"ErrLive", "ns/op", 0.35, 0, 0},
-	{"ErrLost", "ns/op", 0.1, 0, 0},
-	{"DoneWarm", "ns/op", 1.0, 0, 0},
-	{"Lifecycle", "ns/op", 0.35, 1, 64},
-	{"Loss", "ns/op", 0.7, 3, 0},
-	{"AfterLoss", "ns/op", 0.5, 2, 0},
-	{"Context", "ns/op", 1.0, -1, 0},
-	{"Wake", "ns/op", 1.0, -1, 0},
-	{"Memory", "B/lease", 0.7, -1, 0},
+	{name: "ErrLive", unit: "ns/op", peer: "context", ratio: 0.35, allocs: 0},
+	{name: "ErrLost", unit: "ns/op", peer: "context", ratio: 0.1, allocs: 0},
+	{name: "DoneWarm", unit: "ns/op", peer: "context", ratio: 1.0, allocs: 0},
+	{name: "Lifecycle", unit: "ns/op", peer: "context", ratio: 0.35, allocs: 1, bytes: 64},
+	{name: "Loss", unit: "ns/op", peer: "context", ratio: 0.5, allocs: 2},
+	{name: "Loss", unit: "ns/op", peer: "handrolled", ratio: 1.0, allocs: 2},
+	{name: "AfterLoss", unit: "ns/op", peer: "context", ratio: 0.5, allocs: 2},
+	{name: "Context", unit: "ns/op", peer: "context", ratio: 1.0, allocs: -1},
+	{name: "Context", unit: "ns/op", peer: "context.child", ratio: 1.0, allocs: -1, asPeer: true},
+	{name: "ContextRequest", unit: "ns/op", peer: "context", ratio: 0.5, allocs: -1, halfPeer: true},
+	{name: "AnyRelease", unit: "ns/op", peer: "context", ratio: 0.5, allocs: -1},
+	{name: "AnyScale", unit: "ns/source", peer: "context", allocs: -1},
+	{name: "Wake", unit: "ns/op", peer: "context", ratio: 1.0, allocs: -1},
+	{name: "Memory", unit: "B/lease", peer: "context", ratio: 0.7, allocs: -1},
 }
 
 // samples maps benchmark, then impl, then unit to the values of every run.
@@ -126,28 +136,33 @@ func (s samples) median(name, impl, unit string) (float64, bool) {
 	return median(xs), len(xs) > 0
 }
 
-// report prints one Markdown row per benchmark.
+// report prints one Markdown row per goal.
 func report(w io.Writer, s samples) {
-	fmt.Fprintln(w, "| benchmark | unit | lease | context | handrolled | lease/context | goal | met | lease allocs/op, B/op |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---|---|")
+	fmt.Fprintln(w, "| benchmark | peer | unit | lease | peer | handrolled | lease/peer | goal | met | lease allocs/op, B/op | peer allocs/op, B/op |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---|---|---|")
 	for _, g := range goals {
 		lease, ok := s.median(g.name, "lease", g.unit)
-		if !ok {
-			fmt.Fprintf(w, "| %s | %s | (no data) |\n", g.name, g.unit)
+		peer, okPeer := s.median(g.name, g.peer, g.unit)
+		if !ok || !okPeer {
+			fmt.Fprintf(w, "| %s | %s | %s | (no data) |\n", g.name, g.peer, g.unit)
 			continue
 		}
-		ctx, _ := s.median(g.name, "context", g.unit)
 		hand := "–"
 		if v, ok := s.median(g.name, "handrolled", g.unit); ok {
 			hand = num(v)
 		}
-		ratio := lease / ctx
-		met := "yes"
-		if ratio > g.ratio {
-			met = fmt.Sprintf("no, by %.2f×", ratio/g.ratio)
+		ratio := lease / peer
+		goalText, met := "–", "stated"
+		if g.ratio > 0 {
+			goalText, met = fmt.Sprintf("≤ %g", g.ratio), "yes"
+			if ratio > g.ratio {
+				met = fmt.Sprintf("no, by %.2f×", ratio/g.ratio)
+			}
 		}
 		allocs, _ := s.median(g.name, "lease", "allocs/op")
 		bytes, _ := s.median(g.name, "lease", "B/op")
+		peerAllocs, _ := s.median(g.name, g.peer, "allocs/op")
+		peerBytes, _ := s.median(g.name, g.peer, "B/op")
 		mem := fmt.Sprintf("%.0f, %.0f", allocs, bytes)
 		if g.allocs >= 0 && allocs > g.allocs {
 			mem += fmt.Sprintf(" (goal ≤ %g allocs: missed)", g.allocs)
@@ -155,8 +170,14 @@ func report(w io.Writer, s samples) {
 		if g.bytes > 0 && bytes > g.bytes {
 			mem += fmt.Sprintf(" (goal ≤ %g B: missed)", g.bytes)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.3f | ≤ %g | %s | %s |\n",
-			g.name, g.unit, num(lease), num(ctx), hand, ratio, g.ratio, met, mem)
+		if g.asPeer && (allocs > peerAllocs || bytes > peerBytes) {
+			mem += " (goal: no more than the peer: missed)"
+		}
+		if g.halfPeer && allocs > peerAllocs/2 {
+			mem += fmt.Sprintf(" (goal ≤ %g allocs: missed)", peerAllocs/2)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.3f | %s | %s | %s | %.0f, %.0f |\n",
+			g.name, g.peer, g.unit, num(lease), num(peer), hand, ratio, goalText, met, mem, peerAllocs, peerBytes)
 	}
 	// ErrLost has a fourth peer, the call that returns the cause as Err does.
 	if lease, ok := s.median("ErrLost", "lease", "ns/op"); ok {
@@ -184,8 +205,8 @@ var (
 	contextColor = color.RGBA{R: 0xbb, G: 0xbb, B: 0xbb, A: 0xff}
 )
 
-// chart draws one small bar chart per benchmark, lease beside context, each
-// on its own linear scale, since the costs span six orders of magnitude.
+// chart draws one small bar chart per goal, lease beside its peer, each on
+// its own linear scale, since the costs span six orders of magnitude.
 func chart(path string, s samples) error {
 	const cols = 3
 	rows := (len(goals) + cols - 1) / cols
@@ -198,7 +219,7 @@ func chart(path string, s samples) error {
 		unit := g.unit
 		scale, label := 1.0, unit
 		lease, ok1 := s.median(g.name, "lease", unit)
-		ctx, ok2 := s.median(g.name, "context", unit)
+		ctx, ok2 := s.median(g.name, g.peer, unit)
 		if !ok1 || !ok2 {
 			continue
 		}
@@ -206,6 +227,9 @@ func chart(path string, s samples) error {
 			scale, label = 1e6, "ms/op"
 		}
 		p.Title.Text = fmt.Sprintf("%s: %.3f (goal ≤ %g)", g.name, lease/ctx, g.ratio)
+		if g.ratio == 0 {
+			p.Title.Text = fmt.Sprintf("%s: %.3f (no goal)", g.name, lease/ctx)
+		}
 		p.Title.TextStyle.Font.Size = 11
 		p.Y.Label.Text = label
 		grid := plotter.NewGrid()
@@ -215,14 +239,16 @@ func chart(path string, s samples) error {
 		p.Y.Min, p.Y.Max = 0, 1.15*max(lease, ctx, g.ratio*ctx)/scale
 		// The goal: the most the lease may cost, at the goal's ratio to
 		// context.
-		top := g.ratio * ctx / scale
-		goalLine, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: top}, {X: 1.5, Y: top}})
-		if err != nil {
-			return fmt.Errorf("%s: %v", g.name, err)
+		if g.ratio > 0 {
+			top := g.ratio * ctx / scale
+			goalLine, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: top}, {X: 1.5, Y: top}})
+			if err != nil {
+				return fmt.Errorf("%s: %v", g.name, err)
+			}
+			goalLine.Color = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+			goalLine.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+			p.Add(goalLine)
 		}
-		goalLine.Color = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-		goalLine.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		p.Add(goalLine)
 		for j, v := range []struct {
 			val float64
 			c   color.Color
@@ -236,17 +262,17 @@ func chart(path string, s samples) error {
 			bar.XMin = float64(j)
 			p.Add(bar)
 		}
-		p.NominalX("lease", "context")
+		p.NominalX("lease", g.peer)
 		plots[i/cols][i%cols] = p
 	}
 
-	const w, h = 9 * vg.Inch, 7.5 * vg.Inch
+	const w, h = 9 * vg.Inch, 12 * vg.Inch
 	c := vgsvg.New(w, h)
 	dc := draw.New(c)
 	title := draw.Crop(dc, 0, 0, 0, -0.3*vg.Inch)
 	body := draw.Crop(dc, 0, 0, 0.3*vg.Inch, -0.35*vg.Inch)
 	sty := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 13), XAlign: draw.XCenter, Handler: plot.DefaultTextHandler}
-	title.FillText(sty, vg.Point{X: w / 2, Y: h - 0.25*vg.Inch}, "Median per op, lease beside context (lower is better); dashed: the goal")
+	title.FillText(sty, vg.Point{X: w / 2, Y: h - 0.25*vg.Inch}, "Median per op, lease beside its peer (lower is better); dashed: the goal")
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
 	canvases := plot.Align(plots, tiles, body)
