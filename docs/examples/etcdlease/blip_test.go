@@ -1,99 +1,33 @@
 package etcdlease_test
 
 import (
-	"io"
-	"net"
-	"sync"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
 	"github.com/zukhruf/lease/docs/examples/etcdlease"
+	"github.com/zukhruf/lease/internal/faultnet"
 )
 
-// proxy forwards loopback TCP connections to an etcd server and can cut
-// every open connection while it goes on accepting new ones: a network blip.
-type proxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-func startProxy(t *testing.T, target string) *proxy {
+// startProxy starts a fault proxy to target, closed when the test ends.
+func startProxy(t *testing.T, target string) *faultnet.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	px, err := faultnet.Listen(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
+	t.Cleanup(func() { px.Close() })
+	return px
 }
 
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-// client returns a client that reaches etcd only through p, closed when
-// the test ends.
-func (p *proxy) client(t *testing.T) *clientv3.Client {
+// proxyClient returns a client that reaches etcd only through px, closed
+// when the test ends.
+func proxyClient(t *testing.T, px *faultnet.Proxy) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{p.ln.Addr().String()},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := faultClient(t, px.Addr())
 	t.Cleanup(func() { cli.Close() })
 	return cli
-}
-
-// cut closes every connection open now.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-		delete(p.conns, c)
-	}
 }
 
 // A connection that drops and comes straight back loses nothing, and the
@@ -103,11 +37,11 @@ func TestLockKeptThroughConnectionBlip(t *testing.T) {
 	t.Parallel()
 	srv, op := startEtcdWithOp(t)
 	px := startProxy(t, srv.Endpoint())
-	cli := px.client(t)
+	cli := proxyClient(t, px)
 	l := mustLock(t, newSessionOn(t, cli), lockName)
 	sig := l.Signal()
 
-	px.cut()
+	px.Cut()
 	// A read through the same client, which etcd's client retries,
 	// succeeds once it has reconnected.
 	if _, err := cli.Get(t.Context(), l.Key()); err != nil {
@@ -142,14 +76,13 @@ func TestLossStopsFollowing(t *testing.T) {
 	// longer than the wait.
 	t.Run("no endpoint", func(t *testing.T) {
 		px := startProxy(t, srv.Endpoint())
-		s, err := concurrency.NewSession(px.client(t), concurrency.WithTTL(60))
+		s, err := concurrency.NewSession(proxyClient(t, px), concurrency.WithTTL(60))
 		if err != nil {
 			t.Fatal(err)
 		}
 		l := mustLock(t, s, lockName)
 		// Nothing answers at the proxy's address any more.
-		px.ln.Close()
-		px.cut()
+		px.Close()
 		checkLost(t, l.Signal(), hang, lockName, etcdlease.ErrClusterLost, "TRANSIENT_FAILURE")
 		waitFor(t, etcdlease.Following(l), hang, "the lease to stop following its claim after the loss")
 	})

@@ -2,6 +2,7 @@ package etcdlease
 
 import (
 	"context"
+	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -44,4 +45,12 @@ func SessionEnded(ctx context.Context, s *concurrency.Session) (error, error) {
 		l.renew = r
 	}
 	return l.sessionEnded(s), nil
+}
+
+// RenewedAt returns the send time of the last renewal of l's session etcd
+// confirmed to l.
+func RenewedAt(l *Lease) time.Time {
+	l.renew.mu.Lock()
+	defer l.renew.mu.Unlock()
+	return l.renew.sent
 }

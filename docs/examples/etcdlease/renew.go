@@ -116,6 +116,9 @@ func startRenewing(ctx context.Context, s *concurrency.Session, opts []Option) (
 	case <-ctx.Done():
 		r.close()
 		return nil, fmt.Errorf("no renewal of etcd lease %x confirmed: %w", r.id, ctx.Err())
+	case <-s.Client().Ctx().Done():
+		r.close()
+		return nil, fmt.Errorf("no renewal of etcd lease %x confirmed: the client was closed", r.id)
 	}
 	r.mu.Lock()
 	loss, ttl := r.loss, r.ttl

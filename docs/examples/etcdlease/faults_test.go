@@ -1,0 +1,573 @@
+package etcdlease_test
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/zukhruf/lease/docs/examples/etcdlease"
+	"github.com/zukhruf/lease/docs/examples/etcdlease/internal/etcdtest"
+	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/faulttrial"
+)
+
+var (
+	faultTrials  = flag.Int("faults.trials", 3, "trials of each fault in TestFaults and TestPausedHolderFenced")
+	faultReadme  = flag.String("faults.readme", "", "the README whose faults table TestFaults writes, if any")
+	faultCommand = flag.String("faults.command", "make e2e", "the command named under the faults table")
+)
+
+const (
+	// faultTTL is the TTL, in seconds, of the sessions of the fault trials.
+	faultTTL = 2
+	// grantBound bounds the wait for B's grant after a fault; no fault
+	// here makes etcd grant B later than about 8 s after it.
+	grantBound = 20 * time.Second
+	// benignWindow is how long a benign fault lasts: two TTLs, in which a
+	// lease that could not renew would have been lost.
+	benignWindow = 2 * faultTTL * time.Second
+	// perHolderAtOnce and clustersAtOnce bound the trials that run at once:
+	// per-holder faults on one shared cluster, and cluster faults each on a
+	// cluster of its own.
+	perHolderAtOnce = 8
+	clustersAtOnce  = 3
+)
+
+// When a fault starts within the lease's renewal cycle.
+type phase int
+
+const (
+	afterRenewal  phase = iota // right after etcd confirmed a renewal
+	beforeRenewal              // right before the next renewal is sent
+	alternate                  // after in odd trials, before in even ones
+)
+
+// holderFault is a fault of one holder's network or claim, tried on a
+// cluster shared with other trials.
+type holderFault struct {
+	faulttrial.Fault
+	phase phase
+	apply func(tr *trial) // starts the fault
+}
+
+// trial is one run of a fault: holder A, through its own proxy to member
+// a, and holder B, waiting for the same lock on member b.
+type trial struct {
+	t       *testing.T
+	key     string
+	pa      *faultnet.Proxy
+	cliA    *clientv3.Client
+	sA      *concurrency.Session
+	a       *etcdlease.Lease
+	op      *clientv3.Client // B's client, also used as an operator's
+	sB      *concurrency.Session
+	bc      chan granted
+	stamp   *faulttrial.Stamp
+	faultAt time.Time
+}
+
+// granted is the result of B's Lock and the time it returned.
+type granted struct {
+	l   *etcdlease.Lease
+	err error
+	at  time.Time
+}
+
+func faultClient(t *testing.T, endpoint string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{endpoint},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli
+}
+
+func faultSession(t *testing.T, cli *clientv3.Client, ttl int) *concurrency.Session {
+	t.Helper()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// startTrial makes A hold key through a proxy to member a of c and B wait
+// for it on member b, and returns once B's key is in etcd.
+func startTrial(t *testing.T, c *etcdtest.Cluster, a, b int, key string) *trial {
+	t.Helper()
+	pa, err := faultnet.Listen(c.Members[a].Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &trial{t: t, key: key, pa: pa, bc: make(chan granted, 1)}
+	tr.cliA = faultClient(t, pa.Addr())
+	tr.op = faultClient(t, c.Members[b].Endpoint())
+	tr.sA = faultSession(t, tr.cliA, faultTTL)
+	// B's session outlives the elections a cluster fault causes: its TTL
+	// does not change when etcd grants B the lock, A's does.
+	tr.sB = faultSession(t, tr.op, 5*faultTTL)
+	if tr.a, err = etcdlease.Lock(t.Context(), tr.sA, key); err != nil {
+		tr.cliA.Close()
+		tr.op.Close()
+		pa.Close()
+		t.Fatal(err)
+	}
+	go func() {
+		l, err := etcdlease.Lock(context.Background(), tr.sB, key)
+		tr.bc <- granted{l, err, time.Now()}
+	}()
+	for {
+		resp, err := tr.op.Get(t.Context(), key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			tr.close()
+			t.Fatal(err)
+		}
+		if resp.Count >= 2 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tr.stamp = faulttrial.StampWhen(tr.a.Signal().Done())
+	return tr
+}
+
+// align waits for the moment p of A's renewal cycle: etcd has just
+// confirmed a renewal, or the next one is about to be sent.
+func (tr *trial) align(p phase) {
+	prev := etcdlease.RenewedAt(tr.a)
+	for etcdlease.RenewedAt(tr.a).Equal(prev) && tr.a.Signal().Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if p == beforeRenewal {
+		next := etcdlease.RenewedAt(tr.a).Add(faultTTL * time.Second / 6)
+		time.Sleep(time.Until(next.Add(-15 * time.Millisecond)))
+	}
+}
+
+// fault records the time and starts the fault.
+func (tr *trial) fault(apply func(*trial)) {
+	tr.faultAt = time.Now()
+	apply(tr)
+}
+
+// outcome waits as want requires and returns what the trial showed. A grant
+// of B after the wait does not count.
+func (tr *trial) outcome(want faulttrial.Want, stopWaitingAtLoss bool) faulttrial.Trial {
+	var g granted
+	var got bool
+	if want == faulttrial.NoLoss {
+		timer := time.NewTimer(benignWindow)
+		select {
+		case g = <-tr.bc:
+			got = true
+		case <-timer.C:
+		}
+		timer.Stop()
+	} else {
+		timer := time.NewTimer(grantBound)
+		lost := tr.a.Signal().Done()
+		for !got {
+			select {
+			case g = <-tr.bc:
+				got = true
+				continue
+			case <-lost:
+				lost = nil
+				if stopWaitingAtLoss {
+					timer.Reset(0)
+				}
+				continue
+			case <-timer.C:
+			}
+			break
+		}
+		timer.Stop()
+	}
+	var res faulttrial.Trial
+	if got {
+		if g.err != nil {
+			tr.t.Errorf("B's Lock: %v", g.err)
+		} else {
+			res.Granted = true
+			tr.bc <- g // for close to release
+		}
+	}
+	at, ok := tr.stamp.Stop()
+	if ok {
+		res.Lost = true
+		res.Detection = at.Sub(tr.faultAt)
+		res.Cause = tr.a.Signal().Err().Error()
+		if res.Granted {
+			res.Overlap = at.Sub(g.at)
+		}
+	}
+	return res
+}
+
+// close heals A's proxy, releases both holders and closes the clients.
+func (tr *trial) close() {
+	tr.pa.Heal()
+	tr.pa.Cut()
+	if tr.stamp != nil {
+		tr.stamp.Stop()
+	}
+	if tr.a != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		tr.a.Unlock(ctx)
+		cancel()
+	}
+	// B's Lock returns once A's key is gone, or with an error once its
+	// client closes.
+	tr.cliA.Close()
+	select {
+	case g := <-tr.bc:
+		if g.err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			g.l.Unlock(ctx)
+			cancel()
+		}
+		tr.op.Close()
+	case <-time.After(grantBound):
+		tr.op.Close()
+		<-tr.bc
+	}
+	tr.pa.Close()
+}
+
+// holderFaults are the faults of one holder's network or claim.
+func holderFaults() []holderFault {
+	drop := func(d faultnet.Direction) func(*trial) {
+		return func(tr *trial) { tr.pa.Drop(d) }
+	}
+	delay := func(d time.Duration) func(*trial) {
+		return func(tr *trial) { tr.pa.Delay(d) }
+	}
+	var fs []holderFault
+	for _, p := range []struct {
+		name string
+		p    phase
+	}{{"right after a renewal", afterRenewal}, {"right before the next renewal", beforeRenewal}} {
+		fs = append(fs,
+			holderFault{faulttrial.Fault{Name: "A's network silent both ways, " + p.name, Want: faulttrial.NoOverlap}, p.p, drop(faultnet.Both)},
+			holderFault{faulttrial.Fault{Name: "A's requests dropped, " + p.name, Want: faulttrial.NoOverlap}, p.p, drop(faultnet.ToServer)},
+			holderFault{faulttrial.Fault{Name: "etcd's replies to A dropped, " + p.name, Want: faulttrial.LossNeeded}, p.p, drop(faultnet.ToClient)},
+			holderFault{faulttrial.Fault{Name: "latency 3 s each way (above the TTL), " + p.name, Want: faulttrial.NoOverlap}, p.p, delay(3 * time.Second)},
+		)
+	}
+	fs = append(fs,
+		holderFault{faulttrial.Fault{Name: "connection blip (every connection of A's cut once)", Want: faulttrial.NoLoss}, alternate,
+			func(tr *trial) { tr.pa.Cut() }},
+		holderFault{faulttrial.Fault{Name: "latency 500 ms each way (TTL/4)", Want: faulttrial.NoLoss}, alternate, delay(faultTTL * time.Second / 4)},
+		holderFault{faulttrial.Fault{Name: "A's session revoked", Want: faulttrial.NoOverlap}, alternate,
+			func(tr *trial) {
+				if _, err := tr.op.Revoke(context.Background(), tr.sA.Lease()); err != nil {
+					tr.t.Error(err)
+				}
+			}},
+		holderFault{faulttrial.Fault{Name: "A's key deleted", Want: faulttrial.NoOverlap}, alternate,
+			func(tr *trial) {
+				if _, err := tr.op.Delete(context.Background(), tr.a.Key()); err != nil {
+					tr.t.Error(err)
+				}
+			}},
+	)
+	return fs
+}
+
+func (p phase) of(trial int) phase {
+	if p != alternate {
+		return p
+	}
+	return phase(trial % 2)
+}
+
+// clusterFault is a fault of the cluster, tried on a cluster of its own.
+type clusterFault struct {
+	faulttrial.Fault
+	// pick chooses the members of A and B, given the leader's.
+	pick func(lead int) (a, b int)
+	// apply starts the fault; it reports whether B may not be granted
+	// at all, so that the wait ends at A's loss.
+	apply func(c *etcdtest.Cluster, tr *trial, a int) (noGrant bool)
+}
+
+func clusterFaults() []clusterFault {
+	leaderA := func(lead int) (int, int) { return lead, (lead + 1) % 3 }
+	followerA := func(lead int) (int, int) { return (lead + 1) % 3, (lead + 2) % 3 }
+	return []clusterFault{
+		{faulttrial.Fault{Name: "A's member isolated from the others, A's member the leader", Want: faulttrial.NoOverlap}, leaderA,
+			func(c *etcdtest.Cluster, tr *trial, a int) bool { c.Isolate(a); return false }},
+		{faulttrial.Fault{Name: "A's member isolated from the others, A's member a follower", Want: faulttrial.NoOverlap}, followerA,
+			func(c *etcdtest.Cluster, tr *trial, a int) bool { c.Isolate(a); return false }},
+		{faulttrial.Fault{Name: "the leader crashed, A's member", Want: faulttrial.NoOverlap}, leaderA,
+			func(c *etcdtest.Cluster, tr *trial, a int) bool {
+				c.Crash(a)
+				tr.pa.Close() // the crashed member's port refuses A's client
+				return false
+			}},
+		{faulttrial.Fault{Name: "the whole cluster stopped", Want: faulttrial.NoOverlap}, leaderA,
+			func(c *etcdtest.Cluster, tr *trial, a int) bool {
+				go c.Close()
+				return true
+			}},
+	}
+}
+
+// TestFaults runs each fault *faultTrials times and checks every trial: A
+// is lost no later than B is granted whenever A hears nothing, and a benign
+// fault loses nothing. With -faults.readme, it writes the table of the
+// trials into that README.
+func TestFaults(t *testing.T) {
+	var book faulttrial.Book
+	t.Run("holder", func(t *testing.T) {
+		t.Parallel()
+		c := startCluster(t)
+		sem := make(chan struct{}, perHolderAtOnce)
+		var wg sync.WaitGroup
+		for fi, f := range holderFaults() {
+			for i := range *faultTrials {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					t.Run(fmt.Sprintf("%d/%d", fi, i), func(t *testing.T) {
+						tr := startTrial(t, c, 0, 1, fmt.Sprintf("/faults/%d/%d", fi, i))
+						defer tr.close()
+						tr.align(f.phase.of(i))
+						tr.fault(f.apply)
+						book.Add(f.Fault, tr.outcome(f.Want, false))
+					})
+				}()
+			}
+		}
+		wg.Wait()
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		sem := make(chan struct{}, clustersAtOnce)
+		var wg sync.WaitGroup
+		for fi, f := range clusterFaults() {
+			for i := range *faultTrials {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					t.Run(fmt.Sprintf("%d/%d", fi, i), func(t *testing.T) {
+						c := startCluster(t)
+						lead, err := c.Leader()
+						if err != nil {
+							t.Fatal(err)
+						}
+						a, b := f.pick(lead)
+						tr := startTrial(t, c, a, b, "/faults/cluster")
+						defer tr.close()
+						tr.align(phase(i % 2))
+						var noGrant bool
+						tr.fault(func(tr *trial) { noGrant = f.apply(c, tr, a) })
+						book.Add(f.Fault, tr.outcome(f.Want, noGrant))
+					})
+				}()
+			}
+		}
+		wg.Wait()
+	})
+	t.Run("paused", func(t *testing.T) {
+		t.Parallel()
+		c := startCluster(t)
+		sem := make(chan struct{}, clustersAtOnce)
+		var wg sync.WaitGroup
+		for i := range *faultTrials {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				t.Run(fmt.Sprint(i), func(t *testing.T) {
+					refused := pausedTrial(t, c, fmt.Sprintf("/faults/paused/%d", i))
+					paused.Lock()
+					paused.trials++
+					if refused {
+						paused.refused++
+					}
+					paused.Unlock()
+				})
+			}()
+		}
+		wg.Wait()
+	})
+	t.Cleanup(func() {
+		book.Check(t)
+		table := book.Table(*faultCommand)
+		t.Logf("\n%s", table)
+		if *faultReadme != "" {
+			if err := faulttrial.WriteTable(*faultReadme, table+pausedLine()); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
+// startCluster starts a three-member cluster for one test and stops it
+// when the test ends.
+func startCluster(t *testing.T) *etcdtest.Cluster {
+	t.Helper()
+	c, err := etcdtest.StartCluster([]string{t.TempDir(), t.TempDir(), t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// paused counts the trials of TestPausedHolderFenced and the stale writes
+// refused, for the README's table.
+var paused struct {
+	sync.Mutex
+	trials, refused int
+}
+
+func pausedLine() string {
+	paused.Lock()
+	defer paused.Unlock()
+	if paused.trials == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\nPaused holder (a holder in a child process stopped with SIGSTOP past the TTL, then continued, "+
+		"writes with its fencing revision): %d stale writes refused in %d trials (`TestPausedHolderFenced`).\n",
+		paused.refused, paused.trials)
+}
+
+// pausedEnv names the environment variable that makes the test binary a
+// paused holder: its value is the endpoint and the key, separated by a
+// space.
+const pausedEnv = "ETCDLEASE_PAUSED_HOLDER"
+
+// pausedHolder is the child process of a paused-holder trial: it locks the
+// key, checks its signal, says so, and waits for a line on its standard
+// input, where the parent stops it; then it writes guarded by its fencing
+// revision, as a holder whose check came before a pause does, and says
+// whether etcd took the write.
+func pausedHolder(spec string) int {
+	endpoint, key, _ := strings.Cut(spec, " ")
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(faultTTL))
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	l, err := etcdlease.Lock(ctx, s, key)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	if err := l.Signal().Err(); err != nil {
+		fmt.Println("error: lost before the pause:", err)
+		return 1
+	}
+	fmt.Println("checked") // the signal says live: the write follows
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(l.Key()), "=", l.Revision())).
+		Then(clientv3.OpPut(key+"-resource", "A")).
+		Commit()
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Printf("write succeeded=%v\n", resp.Succeeded)
+	return 0
+}
+
+// pausedTrial runs a paused holder A in a child process, stops it after it
+// checked its signal, waits for B to be granted the lock, continues A and
+// lets it write with its fencing revision; it reports whether etcd refused
+// A's write, and checks that B's, fenced the same way, is taken.
+func pausedTrial(t *testing.T, c *etcdtest.Cluster, key string) (refused bool) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), pausedEnv+"="+c.Members[0].Endpoint()+" "+key)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	lines := bufio.NewScanner(stdout)
+	line := func() string {
+		if !lines.Scan() {
+			t.Fatalf("the paused holder said nothing more: %v", lines.Err())
+		}
+		return lines.Text()
+	}
+	if l := line(); l != "checked" {
+		t.Fatalf("the paused holder said %q, want \"checked\"", l)
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+
+	op := faultClient(t, c.Members[1].Endpoint())
+	defer op.Close()
+	s := faultSession(t, op, 5*faultTTL)
+	b, err := etcdlease.Lock(t.Context(), s, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Unlock(context.Background())
+
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin, "go")
+	l := line()
+	if !strings.HasPrefix(l, "write succeeded=") {
+		t.Fatalf("the paused holder said %q", l)
+	}
+	if l != "write succeeded=false" {
+		t.Errorf("the paused holder's stale write: %s, want refused", l)
+	}
+	resp, err := op.Txn(t.Context()).
+		If(clientv3.Compare(clientv3.CreateRevision(b.Key()), "=", b.Revision())).
+		Then(clientv3.OpPut(key+"-resource", "B")).
+		Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Succeeded {
+		t.Error("B's write with its fencing revision was refused")
+	}
+	return l == "write succeeded=false"
+}
