@@ -11,8 +11,8 @@ ETCD_EXAMPLE := docs/examples/etcdlease
 E2E_STEPS += e2e-etcd
 FAULTS_STEPS += faults-etcd
 
-# FAULT_TRIALS is how many times faults-etcd runs each fault.
-FAULT_TRIALS ?= 30
+# ETCD_FAULT_TRIALS is how many times faults-etcd runs each fault.
+ETCD_FAULT_TRIALS ?= 30
 
 ## e2e-etcd: vet the etcd example and run its tests, against embedded etcd
 ## servers, under the race detector; TestFaults runs each fault 3 times on
@@ -20,11 +20,11 @@ FAULT_TRIALS ?= 30
 e2e-etcd:
 	cd $(ETCD_EXAMPLE) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
-## faults-etcd: run each fault of the etcd issuer FAULT_TRIALS times (30)
+## faults-etcd: run each fault of the etcd issuer ETCD_FAULT_TRIALS times (30)
 ## and write the table of the trials into its README.
 faults-etcd:
 	cd $(ETCD_EXAMPLE) && $(GO) test -count=1 -timeout 60m -run '^TestFaults$$' . \
-		-faults.trials=$(FAULT_TRIALS) -faults.readme=README.md -faults.command='make faults-etcd'
+		-faults.trials=$(ETCD_FAULT_TRIALS) -faults.readme=README.md -faults.command='make faults-etcd'
 
 ## demo-etcd: two holders contend for one lock on an embedded etcd server;
 ## the first is told it lost the lock when its session is revoked, the second
