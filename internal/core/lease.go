@@ -134,11 +134,18 @@ func (l *Lease) Err() error {
 	return nil
 }
 
+// errNotLive is a leaf for a lost lease, with no frame to set up, since that
+// is the case every goroutine of a holder meets at once after a loss.
 func (l *Lease) errNotLive() error {
-	switch l.state.load() {
-	case stateLost:
+	if l.state.load() == stateLost {
 		return l.lossErr()
-	case stateLosing:
+	}
+	return l.errLosingOrEnded()
+}
+
+//go:noinline
+func (l *Lease) errLosingOrEnded() error {
+	if l.state.load() == stateLosing {
 		// Lose holds the mutex until Done is closed and the state is lost.
 		l.mu.Lock()
 		l.mu.Unlock()
