@@ -261,6 +261,7 @@ func prepare(ctx context.Context, conn *pgx.Conn, c Config, key int64) ([]string
 	}
 	bound, err := silentDrop(ctx, conn)
 	if err != nil {
+		restore(ctx, conn, saved)
 		return nil, id, err
 	}
 	if bound <= c.Deadline {
