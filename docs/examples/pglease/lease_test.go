@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zukhruf/lease/docs/examples/pglease"
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/lost"
 )
 
@@ -175,6 +176,16 @@ func TestLockMisuse(t *testing.T) {
 			f()
 		})
 	}
+	t.Run("Unlock with a nil context", func(t *testing.T) {
+		l := lock(t, fast, c, "x")
+		defer unlock(t, l)
+		defer func() {
+			if r, _ := recover().(string); r != "pglease: Unlock called with a nil context" {
+				t.Errorf("recover() = %q, want a panic naming pglease.Unlock", r)
+			}
+		}()
+		l.Unlock(nil) //nolint:staticcheck // the misuse under test
+	})
 	for name, cfg := range map[string]pglease.Config{
 		"heartbeat not shorter than deadline": {Heartbeat: time.Second, Deadline: time.Second},
 		"deadline not shorter than timeout":   {Deadline: 10 * time.Second, ServerTimeout: 10 * time.Second},
@@ -213,5 +224,41 @@ func TestUnlockLeavesOtherLocks(t *testing.T) {
 	}
 	if _, err := c.Exec(context.Background(), "select pg_advisory_unlock(42)"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnlockCutByContext releases a lease whose heartbeats' replies are
+// still on their way, with a context that ends first: Unlock cannot hand
+// the connection back in step with the server, so it closes it, which frees
+// the lock; the signal is never lost.
+func TestUnlockCutByContext(t *testing.T) {
+	proxy, err := faultnet.Listen(server.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	admin := connect(t, server, server.Addr())
+	c := connect(t, server, proxy.Addr())
+	l := lock(t, fast, c, "unlock cut")
+	proxy.Delay(fast.Deadline / 4) // every heartbeat's reply is in flight for half a second
+	time.Sleep(3 * fast.Heartbeat)
+	ctx, cancel := context.WithTimeout(context.Background(), fast.Heartbeat/2)
+	defer cancel()
+	if err := l.Unlock(ctx); err == nil || !strings.HasPrefix(err.Error(), "pglease: unlock ") || !strings.Contains(err.Error(), "heartbeats not answered") {
+		t.Errorf("Unlock = %v, want pglease's error saying heartbeats were not answered", err)
+	}
+	if !c.IsClosed() {
+		t.Error("conn open after an Unlock cut by its context, want closed")
+	}
+	if err := l.Signal().Err(); err != nil {
+		t.Errorf("Err() = %v after Unlock, want nil", err)
+	}
+	proxy.Heal()
+	deadline := time.Now().Add(waitTimeout)
+	for advisoryLocks(t, admin) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock is still held %v after the connection was closed", waitTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
