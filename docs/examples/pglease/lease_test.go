@@ -162,9 +162,10 @@ func TestLockCutByContext(t *testing.T) {
 }
 
 func TestLockMisuse(t *testing.T) {
+	var nilCtx context.Context // the misuse under test
 	c := connect(t, server, server.Addr())
 	for name, f := range map[string]func(){
-		"nil context": func() { pglease.Lock(nil, c, "x") }, //nolint:staticcheck // the misuse under test
+		"nil context": func() { pglease.Lock(nilCtx, c, "x") },
 		"nil conn":    func() { pglease.Lock(context.Background(), nil, "x") },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -184,7 +185,7 @@ func TestLockMisuse(t *testing.T) {
 				t.Errorf("recover() = %q, want a panic naming pglease.Unlock", r)
 			}
 		}()
-		l.Unlock(nil) //nolint:staticcheck // the misuse under test
+		l.Unlock(nilCtx)
 	})
 	for name, cfg := range map[string]pglease.Config{
 		"heartbeat not shorter than deadline": {Heartbeat: time.Second, Deadline: time.Second},
