@@ -4,6 +4,7 @@ import (
 	"context"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/zukhruf/lease/docs/examples/pglease"
 	"github.com/zukhruf/lease/docs/examples/pglease/internal/pgtest"
@@ -50,5 +51,38 @@ func TestLockThroughUnixSocket(t *testing.T) {
 	var one int
 	if err := c.QueryRow(context.Background(), "select 1").Scan(&one); err != nil {
 		t.Errorf("conn not usable after Unlock: %v", err)
+	}
+}
+
+// TestSmartShutdownWaits starts a smart shutdown while a lease is held: the
+// server waits for the sessions to end and frees nothing, so the lease stays
+// live through several deadlines; once it is released and its connection
+// closed, the shutdown completes.
+func TestSmartShutdownWaits(t *testing.T) {
+	s, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := s.Connect(context.Background(), s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lock(t, fast, c, "smart")
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop("smart") }()
+	time.Sleep(3 * fast.Deadline)
+	if err := l.Signal().Err(); err != nil {
+		t.Errorf("Err() = %v during a smart shutdown, want nil", err)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("the smart shutdown ended (%v) while the lease's session lived", err)
+	default:
+	}
+	unlock(t, l)
+	c.Close(context.Background())
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -9,8 +9,9 @@ var (
 	// ErrTerminated reports that the server ended the lease's backend with a
 	// FATAL error, and freed its lock with it. PostgreSQL sends the same
 	// message, "terminating connection due to administrator command"
-	// (SQLSTATE 57P01), for pg_terminate_backend and for a smart or fast
-	// shutdown or restart: the connection cannot tell them apart. Other FATAL
+	// (SQLSTATE 57P01), for pg_terminate_backend and for a fast shutdown or
+	// restart: the connection cannot tell them apart. (A smart shutdown waits
+	// for the sessions to end, and leaves the lease alone.) Other FATAL
 	// errors, such as an idle-session timeout (57P05), are reported the same
 	// way, with their own message.
 	ErrTerminated = errors.New("pglease: backend terminated")
@@ -18,7 +19,8 @@ var (
 	// ErrShutdown reports that the server shut down at once: an immediate
 	// shutdown or restart, or a crash of another server process, each
 	// announced by the backend as it exits (SQLSTATE 57P01 with "immediate
-	// shutdown", 57P02, 57P03).
+	// shutdown", 57P02, 57P03). The announcement is best effort: when it
+	// does not come, the end of the connection is reported as ErrConnLost.
 	ErrShutdown = errors.New("pglease: server shut down")
 
 	// ErrConnLost reports that the connection to the backend failed or was
