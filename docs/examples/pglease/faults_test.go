@@ -409,6 +409,9 @@ func sameProcessTrial(t *testing.T, admin *pgx.Conn, subject string) faulttrial.
 		t.Fatalf("B's Lock = %v", res.err)
 	}
 	defer unlock(t, res.b)
+	if !res.aLost {
+		t.Errorf("B's Lock returned while A was live")
+	}
 	select {
 	case <-a.Signal().Done():
 	case <-time.After(waitTimeout):
