@@ -35,7 +35,7 @@ type Lease struct {
 	// written again. For a lease made by Any, its cause is a fromSource.
 	err  lost.Error
 	done unsafe.Pointer // the Done channel once made; see Done
-	regs *registry      // what is registered on a live lease; nil until the first registration
+	regs registrySlot   // what is registered on a live lease; nil until the first registration
 }
 
 // noCopy makes go vet's copylocks check report a copied Lease.
@@ -52,9 +52,8 @@ type registry struct {
 
 	// ctx is the lease as a context, made by the first Context with a parent
 	// that carries nothing (Background or TODO); such contexts are its
-	// children. cancelCtx is called with the loss.
-	ctx       context.Context
-	cancelCtx context.CancelCauseFunc
+	// children. Set once; Context reads it without the mutex.
+	ctx contextSlot
 
 	// ctxs are the contexts made from any other parent. A context whose
 	// parent ends is not taken off at once (that would need a registration
@@ -64,6 +63,13 @@ type registry struct {
 	// number), whatever holders forget.
 	ctxs  []ctxEntry
 	sweep int // where the next sweep of ctxs looks
+}
+
+// A leaseContext is a lease's own context and the func that cancels it with
+// the loss.
+type leaseContext struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
 // A ctxEntry is a context made from a parent other than Background, with the
@@ -213,12 +219,12 @@ func (l *Lease) lose(cause error) bool {
 		close(l.loadDone())
 	}
 	l.state.store(stateLost)
-	r := l.regs
+	r := l.regs.load()
 	if r == nil {
 		l.mu.Unlock()
 		return true
 	}
-	l.regs = nil
+	l.regs.store(nil)
 	l.mu.Unlock()
 	r.fire(l.lossErr())
 	return true
@@ -227,8 +233,8 @@ func (l *Lease) lose(cause error) bool {
 // fire cancels every context in r and loses or starts every waiter, after
 // the loss: r is off the lease, and nothing adds to it any more.
 func (r *registry) fire(err *lost.Error) {
-	if r.cancelCtx != nil {
-		r.cancelCtx(err)
+	if lc := r.ctx.load(); lc != nil {
+		lc.cancel(err)
 	}
 	for i := range r.ctxs {
 		r.ctxs[i].cancel(err)
@@ -253,8 +259,8 @@ func (l *Lease) End() bool {
 		return false
 	}
 	l.state.store(stateEnded)
-	r := l.regs
-	l.regs = nil
+	r := l.regs.load()
+	l.regs.store(nil)
 	l.mu.Unlock()
 
 	// Drop every registration and what it holds, even where the holder
@@ -272,10 +278,12 @@ func (l *Lease) End() bool {
 // registry returns l's registry, made if need be. It runs with the mutex
 // held, on a live lease.
 func (l *Lease) registry() *registry {
-	if l.regs == nil {
-		l.regs = &registry{}
+	r := l.regs.load()
+	if r == nil {
+		r = &registry{}
+		l.regs.store(r)
 	}
-	return l.regs
+	return r
 }
 
 // AfterLoss arranges for f to run in its own goroutine after the loss.
@@ -293,7 +301,7 @@ func (l *Lease) AfterLoss(f func()) (stop func() bool) {
 // WithCancel returns a copy of parent that is cancelled with the loss as its
 // cause.
 func (l *Lease) WithCancel(parent context.Context) (context.Context, context.CancelFunc) {
-	if parent == context.Background() || parent == context.TODO() {
+	if parent.Done() == nil && (parent == context.Background() || parent == context.TODO()) {
 		// A parent that carries nothing: the context is a child of the lease's
 		// own context, made by package context, which costs what
 		// context.WithCancel costs and nothing more. The loss cancels the
@@ -323,18 +331,28 @@ func (l *Lease) WithCancel(parent context.Context) (context.Context, context.Can
 }
 
 // context returns the lease as a context, made if need be, or nil once the
-// lease is ended. Once it is lost, a context already cancelled with the loss.
+// lease is ended; once it is lost, a context already cancelled with the loss.
+// Once made, it is found without the mutex: a loss that takes the registry
+// off after the load cancels it, and after an end it is never cancelled, as
+// an ended lease requires.
 func (l *Lease) context() context.Context {
+	if r := l.regs.load(); r != nil {
+		if lc := r.ctx.load(); lc != nil {
+			return lc.ctx
+		}
+	}
 	l.mu.Lock()
 	switch l.state.load() {
 	case stateLive:
 		r := l.registry()
-		if r.ctx == nil {
-			r.ctx, r.cancelCtx = context.WithCancelCause(context.Background())
+		lc := r.ctx.load()
+		if lc == nil {
+			lc = &leaseContext{}
+			lc.ctx, lc.cancel = context.WithCancelCause(context.Background())
+			r.ctx.store(lc)
 		}
-		ctx := r.ctx
 		l.mu.Unlock()
-		return ctx
+		return lc.ctx
 	case stateEnded:
 		l.mu.Unlock()
 		return nil
@@ -395,7 +413,7 @@ func (r *registry) removeCtx(i int) {
 // the sweep will find it done.
 func (l *Lease) dropCtx(i int, ctx context.Context) {
 	l.mu.Lock()
-	if r := l.regs; r != nil && i < len(r.ctxs) && r.ctxs[i].ctx == ctx {
+	if r := l.regs.load(); r != nil && i < len(r.ctxs) && r.ctxs[i].ctx == ctx {
 		r.removeCtx(i)
 	}
 	l.mu.Unlock()
@@ -429,7 +447,7 @@ func (w *waiter) stop() bool {
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
-		l.regs.waiters = w.next
+		l.regs.load().waiters = w.next
 	}
 	if w.next != nil {
 		w.next.prev = w.prev
@@ -469,11 +487,12 @@ func (l *Lease) String(kind string) string {
 func (l *Lease) Registrations() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.regs == nil {
+	r := l.regs.load()
+	if r == nil {
 		return 0
 	}
-	n := len(l.regs.ctxs)
-	for w := l.regs.waiters; w != nil; w = w.next {
+	n := len(r.ctxs)
+	for w := r.waiters; w != nil; w = w.next {
 		n++
 	}
 	return n

@@ -54,3 +54,17 @@ func (l *Lease) loadDone() chan struct{} {
 func (l *Lease) casDone(c chan struct{}) bool {
 	return syncatomic.CompareAndSwapPointer(&l.done, nil, *(*unsafe.Pointer)(unsafe.Pointer(&c)))
 }
+
+// registrySlot holds a lease's registry. It is written only with the Lease's
+// mutex held; Context reads it without the mutex to find the lease's own
+// context, so it is an atomic pointer.
+type registrySlot struct{ p atomic.Pointer[registry] }
+
+func (s *registrySlot) load() *registry   { return s.p.Load() }
+func (s *registrySlot) store(r *registry) { s.p.Store(r) }
+
+// contextSlot holds the lease's own context once made; see registrySlot.
+type contextSlot struct{ p atomic.Pointer[leaseContext] }
+
+func (s *contextSlot) load() *leaseContext   { return s.p.Load() }
+func (s *contextSlot) store(c *leaseContext) { s.p.Store(c) }
