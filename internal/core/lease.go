@@ -260,17 +260,19 @@ func (l *Lease) End() bool {
 	}
 	l.state.store(stateEnded)
 	r := l.regs.load()
+	if r == nil {
+		l.mu.Unlock()
+		return true
+	}
 	l.regs.store(nil)
 	l.mu.Unlock()
 
 	// Drop every registration and what it holds, even where the holder
 	// keeps its stop func: nothing can fire any more. The lease's context
 	// is never cancelled now; its children stay its own, and go with it.
-	if r != nil {
-		r.ctxs = nil
-		for w := r.waiters; w != nil; {
-			w, _, _ = w.detach()
-		}
+	r.ctxs = nil
+	for w := r.waiters; w != nil; {
+		w, _, _ = w.detach()
 	}
 	return true
 }
