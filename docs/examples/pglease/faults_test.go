@@ -69,9 +69,15 @@ const (
 func TestFaults(t *testing.T) {
 	var book, raced faulttrial.Book
 	detections := make(map[string][]time.Duration)
+	late := make(map[string][]time.Duration) // the raced trials' positive overlaps
+	racedTrials := make(map[string]int)
 	add := func(f faulttrial.Fault, tr faulttrial.Trial) {
 		if f == fTerminate || f == fCut {
 			raced.Add(f, tr)
+			racedTrials[f.Name]++
+			if tr.Lost && tr.Granted && tr.Overlap > 0 {
+				late[f.Name] = append(late[f.Name], tr.Overlap)
+			}
 		} else {
 			book.Add(f, tr)
 		}
@@ -183,7 +189,7 @@ func TestFaults(t *testing.T) {
 	}
 
 	book.Check(t)
-	goals := goalTable(t, detections)
+	goals := goalTable(t, detections) + "\nIn the races, A was lost after B's grant in " + lateLine(late, racedTrials) + ".\n"
 	if *readme != "" {
 		cmd := "make faults-pg"
 		if !*goalTrials {
@@ -220,6 +226,22 @@ func goalTable(t *testing.T, detections map[string][]time.Duration) string {
 	row("network silent → A's Done (the deadline, "+fast.Deadline.String()+")", detections[fSilent.Name], fast.Deadline+fast.Heartbeat)
 	row("backend stopped → A's Done (the deadline, "+fast.Deadline.String()+")", detections[fStopped.Name], fast.Deadline+fast.Heartbeat)
 	return b.String()
+}
+
+// lateLine says, for each raced fault, in how many trials A was lost after
+// B's grant and by how much at most, to the microsecond.
+func lateLine(late map[string][]time.Duration, n map[string]int) string {
+	var parts []string
+	for _, f := range []faulttrial.Fault{fTerminate, fCut} {
+		ds := late[f.Name]
+		if len(ds) == 0 {
+			parts = append(parts, fmt.Sprintf("0 of %d trials of %q", n[f.Name], f.Name))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d of %d trials of %q, by at most %.3f ms",
+			len(ds), n[f.Name], f.Name, float64(slices.Max(ds))/float64(time.Millisecond)))
+	}
+	return strings.Join(parts, ", and ")
 }
 
 func yesNo(b bool) string {
