@@ -154,8 +154,9 @@ func (l *Lease) errLosingOrEnded() error {
 	if l.state.load() == stateLosing {
 		// Lose holds the mutex until Done is closed and the state is lost.
 		l.mu.Lock()
+		err := l.lossErr()
 		l.mu.Unlock()
-		return l.lossErr()
+		return err
 	}
 	return nil
 }
