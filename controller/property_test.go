@@ -43,6 +43,12 @@ func causeOf(err *lost.Error) model.Cause {
 	return -1
 }
 
+// propParent is a live parent for contexts, as a request's context is: never
+// done while the property runs.
+var propParent, _ = context.WithCancel(context.WithValue(context.Background(), propKey{}, "request"))
+
+type propKey struct{}
+
 // registration is one AfterLoss callback or one derived Context of a run.
 type registration struct {
 	isContext bool
@@ -142,6 +148,15 @@ func (p *propLease) actions() map[string]func(*rapid.T) {
 		"Context": func(t *rapid.T) {
 			r := &registration{isContext: true}
 			r.ctx, r.cancel = p.sig().Context(context.Background())
+			p.regs = append(p.regs, r)
+			p.m.AfterLoss()
+		},
+		// A context made from a live parent, as a request's, which the
+		// signal keeps in a registry of its own rather than as a child of
+		// its own context; toward the lease it is the same registration.
+		"ContextLiveParent": func(t *rapid.T) {
+			r := &registration{isContext: true}
+			r.ctx, r.cancel = p.sig().Context(propParent)
 			p.regs = append(p.regs, r)
 			p.m.AfterLoss()
 		},
