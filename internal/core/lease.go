@@ -328,7 +328,7 @@ func (l *Lease) WithCancel(parent context.Context) (context.Context, context.Can
 		return ctx, func() { cancel(context.Canceled) }
 	}
 	return ctx, func() {
-		l.dropCtx(i, ctx)
+		l.dropCtx(i, cancel)
 		cancel(context.Canceled)
 	}
 }
@@ -371,14 +371,16 @@ func (l *Lease) context() context.Context {
 // the lease is not live.
 func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (int, bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.state.load() != stateLive {
+		l.mu.Unlock()
 		return 0, false
 	}
 	r := l.registry()
 	r.sweepCtxs()
 	r.ctxs = append(r.ctxs, ctxEntry{ctx, cancel})
-	return len(r.ctxs) - 1, true
+	i := len(r.ctxs) - 1
+	l.mu.Unlock()
+	return i, true
 }
 
 // sweepCtxs looks at the next two entries of r.ctxs and drops those whose
@@ -412,14 +414,23 @@ func (r *registry) removeCtx(i int) {
 	r.ctxs = r.ctxs[:last]
 }
 
-// dropCtx takes ctx off the lease if it is still at i; if a sweep moved it,
-// the sweep will find it done.
-func (l *Lease) dropCtx(i int, ctx context.Context) {
+// dropCtx takes the entry whose cancel func is cancel off the lease if it is
+// still at i; if a sweep moved it, the sweep will find its context done. The
+// entry is known by its cancel func, so that the func the holder keeps
+// captures one word less than the context would take.
+func (l *Lease) dropCtx(i int, cancel context.CancelCauseFunc) {
 	l.mu.Lock()
-	if r := l.regs.load(); r != nil && i < len(r.ctxs) && r.ctxs[i].ctx == ctx {
+	if r := l.regs.load(); r != nil && i < len(r.ctxs) && sameFunc(r.ctxs[i].cancel, cancel) {
 		r.removeCtx(i)
 	}
 	l.mu.Unlock()
+}
+
+// sameFunc reports whether f and g are one func value: a func value is a
+// pointer to its closure, and context.WithCancelCause makes a new closure
+// for every context.
+func sameFunc(f, g context.CancelCauseFunc) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&f)) == *(*unsafe.Pointer)(unsafe.Pointer(&g))
 }
 
 // add links w in and reports true while the lease is live, or reports false.
