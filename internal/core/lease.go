@@ -28,7 +28,7 @@ import (
 type Lease struct {
 	_     noCopy
 	state stateWord
-	mu    sync.Mutex // guards the fields below; writes of state and done happen under it
+	mu    sync.Mutex // guards err and regs; every write of state happens under it; done is set by compare-and-swap, see makeDone
 	// err is the error Err returns, kept in the lease so that a loss makes no
 	// allocation of its own. It holds the subject from New; the loss writes
 	// it whole, once, before the state becomes lost, and then it is never
@@ -59,8 +59,8 @@ type registry struct {
 	// parent ends is not taken off at once (that would need a registration
 	// on the parent for every context, three allocations): each new entry
 	// first sweeps two old ones and drops those already done, so that the
-	// entries stay bounded by the contexts still live (about twice their
-	// number), whatever holders forget.
+	// entries number at most about twice the most contexts live at once,
+	// whatever holders forget.
 	ctxs  []ctxEntry
 	sweep int // where the next sweep of ctxs looks
 }
