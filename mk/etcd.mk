@@ -11,8 +11,11 @@ ETCD_EXAMPLE := docs/examples/etcdlease
 E2E_STEPS += e2e-etcd
 FAULTS_STEPS += faults-etcd
 
-# ETCD_FAULT_TRIALS is how many times faults-etcd runs each fault.
+# ETCD_FAULT_TRIALS is how many times faults-etcd runs each fault;
+# ETCD_FAULT_FLAGS adds flags to its test, such as
+# -faults.benign-latency=500ms.
 ETCD_FAULT_TRIALS ?= 30
+ETCD_FAULT_FLAGS  ?=
 
 ## e2e-etcd: vet the etcd example and run its tests, against embedded etcd
 ## servers, under the race detector; TestFaults runs each fault 3 times on
@@ -24,7 +27,7 @@ e2e-etcd:
 ## and write the table of the trials into its README.
 faults-etcd:
 	cd $(ETCD_EXAMPLE) && $(GO) test -count=1 -timeout 60m -run '^TestFaults$$' . \
-		-faults.trials=$(ETCD_FAULT_TRIALS) -faults.readme=README.md -faults.command='make faults-etcd'
+		-faults.trials=$(ETCD_FAULT_TRIALS) -faults.readme=README.md -faults.command='make faults-etcd' $(ETCD_FAULT_FLAGS)
 
 ## demo-etcd: two holders contend for one lock on an embedded etcd server;
 ## the first is told it lost the lock when its session is revoked, the second

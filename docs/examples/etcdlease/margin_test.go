@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/zukhruf/lease/docs/examples/etcdlease"
+	"github.com/zukhruf/lease/internal/faultnet"
 )
 
 func TestWithMarginNegativePanics(t *testing.T) {
@@ -32,4 +33,23 @@ func TestLockRefusesMarginOfHalfTheTTL(t *testing.T) {
 	}
 	l := mustLock(t, s, lockName, etcdlease.WithMargin(ttl*time.Second/2-time.Millisecond))
 	checkRelease(t, "Unlock", l.Unlock)
+}
+
+// A holder whose network goes silent, its connections open, is lost at its
+// local deadline with ErrRenewalUnconfirmed, which names the last renewal
+// etcd confirmed and the deadline. The margin, just under half the TTL,
+// makes the deadline come before etcd's own client gives the session up,
+// a TTL after the last answer it received.
+func TestLockLostAtLocalDeadline(t *testing.T) {
+	t.Parallel()
+	srv := startEtcd(t)
+	px := startProxy(t, srv.Endpoint())
+	s := newSessionOn(t, proxyClient(t, px))
+	l := mustLock(t, s, lockName, etcdlease.WithMargin(ttl*time.Second/2-100*time.Millisecond))
+
+	px.Drop(faultnet.Both)
+	checkLost(t, l.Signal(), hang, lockName, etcdlease.ErrRenewalUnconfirmed, "(margin 2.4s)")
+	px.Heal()
+	px.Cut()
+	checkRelease(t, "Unlock after the loss", l.Unlock)
 }
