@@ -124,7 +124,8 @@ func Lock(ctx context.Context, conn *pgx.Conn, subject string) (*Lease, error) {
 // lock of [Key](subject), with pg_advisory_lock, and returns the lease of
 // that lock. The signal's subject is subject.
 //
-// ctx bounds the wait only; the lease lasts until it is lost or released. A
+// ctx bounds the wait only, for the lock and for the fencing token's row
+// (see [Lease.Token]); the lease lasts until it is lost or released. A
 // wait cut by ctx is cancelled on the server (a cancel request), so no
 // waiter is left there; if the server does not answer the cancel within
 // Deadline, Lock closes conn, and the server drops the waiter when it sees
@@ -173,12 +174,17 @@ func (c Config) Lock(ctx context.Context, conn *pgx.Conn, subject string) (*Leas
 		giveBack(conn, key, true, saved, c.Deadline)
 		return fail(fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err))
 	}
+	token, err := fence(ctx, conn, c.Fence, key)
+	if err != nil {
+		unclaim()
+		giveBack(conn, key, true, saved, c.Deadline)
+		return fail(err)
+	}
 	// The first confirmation: the server answered a statement sent at sent
 	// while the session held the lock, and any silence it counts starts
 	// after it received that statement.
 	sent := time.Now()
-	token, err := confirm(conn, c, key)
-	if err != nil {
+	if err := confirm(conn, c.Deadline); err != nil {
 		unclaim()
 		giveBack(conn, key, true, saved, c.Deadline)
 		return fail(err)
@@ -358,19 +364,25 @@ func wait(ctx context.Context, pc *pgconn.PgConn, key int64, grace time.Duration
 	return false, fmt.Errorf("the wait was cut by its context (%w) and the server did not answer the cancel: %w", context.Cause(ctx), err)
 }
 
-// confirm makes the session answer a statement while it holds the lock, and
-// takes the fencing token if c.Fence names a table.
-func confirm(conn *pgx.Conn, c Config, key int64) (token int64, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.Deadline)
+// confirm makes the session answer a statement while it holds the lock,
+// within timeout.
+func confirm(conn *pgx.Conn, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if c.Fence == nil {
-		_, err = conn.Exec(ctx, "select 1")
-		if err != nil {
-			err = fmt.Errorf("the session did not answer after the grant: %w", err)
-		}
-		return 0, err
+	if _, err := conn.Exec(ctx, "select 1"); err != nil {
+		return fmt.Errorf("the session did not answer after the grant: %w", err)
 	}
-	t := c.Fence.Sanitize()
+	return nil
+}
+
+// fence takes the fencing token of key in table, if table is not nil. It
+// waits, bounded by ctx, for the transactions of writes that locked the
+// key's row, as the wait for the grant does for the lock.
+func fence(ctx context.Context, conn *pgx.Conn, table pgx.Identifier, key int64) (token int64, err error) {
+	if table == nil {
+		return 0, nil
+	}
+	t := table.Sanitize()
 	err = conn.QueryRow(ctx, "insert into "+t+" as t (key, token) values ($1, 1) "+
 		"on conflict (key) do update set token = t.token + 1 returning token", key).Scan(&token)
 	if err != nil {

@@ -193,3 +193,77 @@ func TestLockWaitsForTheProcesssLease(t *testing.T) {
 	}
 	unlock(t, l)
 }
+
+// TestFenceWaitsForWrite has a guarded write hold the token's row FOR SHARE
+// in an open transaction while the lock passes from A to B: B's Lock waits
+// for that transaction, longer than a deadline, before it takes its token,
+// so the write commits under A's token; B's lease then starts live.
+func TestFenceWaitsForWrite(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, "create table write_tokens (key bigint primary key, token bigint not null)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(ctx, "drop table write_tokens") })
+	cfg := fast
+	cfg.Fence = []string{"write_tokens"}
+	a, b := connect(t, server, server.Addr()), connect(t, server, server.Addr())
+	writer := connect(t, server, server.Addr())
+	la := lock(t, cfg, a, "write")
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var passed bool
+	if err := tx.QueryRow(ctx, "select (select token from write_tokens where key = $1 for share) = $2",
+		la.Key(), la.Token()).Scan(&passed); err != nil || !passed {
+		t.Fatalf("A's guard in the open transaction = %v, %v; want true", passed, err)
+	}
+	ch := make(chan granted, 1)
+	go func() {
+		l, err := cfg.Lock(ctx, b, "write")
+		ch <- granted{l, err, time.Now()}
+	}()
+	terminate(t, admin, a.PgConn().PID())
+	waitLost(t, la)
+	// B holds the lock and waits for the write's transaction on the
+	// token's row.
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		var n int
+		if err := admin.QueryRow(ctx, "select count(*) from pg_locks where pid = $1 and not granted",
+			int32(b.PgConn().PID())).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B does not wait for the write's transaction after %v", waitTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The write's transaction outlasts a deadline: the wait for the token
+	// is a wait for the grant, and does not count against the lease.
+	time.Sleep(fast.Deadline + fast.Deadline/2)
+	select {
+	case g := <-ch:
+		t.Fatalf("B's Lock returned (%v) while the write's transaction was open", g.err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := waitGranted(t, ch)
+	if g.err != nil {
+		t.Fatalf("B's Lock = %v", g.err)
+	}
+	if g.lease.Token() != la.Token()+1 {
+		t.Errorf("B's Token() = %d, want %d", g.lease.Token(), la.Token()+1)
+	}
+	if err := g.lease.Signal().Err(); err != nil {
+		t.Errorf("B's lease = %v, want live though its token waited", err)
+	}
+	unlock(t, g.lease)
+}
