@@ -122,10 +122,10 @@ func (l *Lease) follow() {
 				return
 			}
 		case *pgproto3.ErrorResponse:
-			// Between statements the server has nothing to report but its
-			// end; an error it sends then leaves the session in doubt.
+			// A connection whose OnPgError keeps it open after a FATAL
+			// error hands the error here rather than as a failure.
 			pgErr := pgconn.ErrorResponseToPgError(m)
-			if !l.lose(fmt.Errorf("%w: the server reported an error between statements: %w", ErrConnLost, pgErr)) {
+			if !l.lose(causeOf(pgErr)) {
 				l.breaks(pgErr)
 			}
 			l.close(pc)
@@ -169,16 +169,28 @@ func (l *Lease) close(pc *pgconn.PgConn) {
 }
 
 // causeOf returns the cause of a loss that ended the pending read with err.
+// Between statements the server has nothing to report but its end: an error
+// that does not end the backend leaves the session in doubt all the same.
 func causeOf(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && shutdown(pgErr):
 		return fmt.Errorf("%w: %w", ErrShutdown, pgErr)
-	case errors.As(err, &pgErr):
+	case errors.As(err, &pgErr) && (severity(pgErr) == "FATAL" || severity(pgErr) == "PANIC"):
 		return fmt.Errorf("%w: %w", ErrTerminated, pgErr)
+	case errors.As(err, &pgErr):
+		return fmt.Errorf("%w: the server reported an error between statements: %w", ErrConnLost, pgErr)
 	default:
 		return fmt.Errorf("%w: %w", ErrConnLost, err)
 	}
+}
+
+// severity returns pgErr's severity in English, whatever lc_messages is.
+func severity(pgErr *pgconn.PgError) string {
+	if pgErr.SeverityUnlocalized != "" {
+		return pgErr.SeverityUnlocalized
+	}
+	return pgErr.Severity
 }
 
 // shutdown reports whether pgErr announces an immediate shutdown or a crash.
@@ -187,7 +199,7 @@ func shutdown(pgErr *pgconn.PgError) bool {
 	case "57P02", "57P03": // crash_shutdown, cannot_connect_now
 		return true
 	case "57P01": // admin_shutdown: FATAL for a terminate or a fast shutdown, WARNING for an immediate one
-		return strings.Contains(pgErr.Message, "immediate shutdown") || pgErr.SeverityUnlocalized == "WARNING"
+		return strings.Contains(pgErr.Message, "immediate shutdown") || severity(pgErr) == "WARNING"
 	}
 	return false
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/zukhruf/lease/docs/examples/pglease"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/lost"
@@ -262,4 +265,28 @@ func TestUnlockCutByContext(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestLostWhenTerminatedWithoutClose terminates the backend of a connection
+// whose OnPgError keeps it open after a FATAL error: pgconn then hands the
+// error over as a message, and the lease is lost with ErrTerminated all the
+// same.
+func TestLostWhenTerminatedWithoutClose(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	cfg, err := pgx.ParseConfig(server.ConnString(server.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.OnPgError = func(*pgconn.PgConn, *pgconn.PgError) bool { return true }
+	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	l := lock(t, fast, c, "kept open")
+	terminate(t, admin, c.PgConn().PID())
+	if err := waitLost(t, l); !isLost(err, pglease.ErrTerminated) {
+		t.Errorf("Err() = %v, want ErrTerminated", err)
+	}
+	l.Unlock(context.Background())
 }
