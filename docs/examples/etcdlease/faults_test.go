@@ -24,7 +24,7 @@ import (
 )
 
 var (
-	faultTrials  = flag.Int("faults.trials", 3, "trials of each fault in TestFaults and TestPausedHolderFenced")
+	faultTrials  = flag.Int("faults.trials", 3, "trials of each fault of TestFaults")
 	faultReadme  = flag.String("faults.readme", "", "the README whose faults table TestFaults writes, if any")
 	faultCommand = flag.String("faults.command", "make e2e", "the command named under the faults table")
 	// The benign latency is a round trip of TTL/4 by default: etcd's own
@@ -465,7 +465,7 @@ func pausedLine() string {
 		return ""
 	}
 	return fmt.Sprintf("\nPaused holder (a holder in a child process stopped with SIGSTOP past the TTL, then continued, "+
-		"writes with its fencing revision): %d stale writes refused in %d trials (`TestPausedHolderFenced`).\n",
+		"writes with its fencing revision): %d stale writes refused in %d trials (`TestFaults/paused`).\n",
 		paused.refused, paused.trials)
 }
 
