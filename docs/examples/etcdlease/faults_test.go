@@ -451,7 +451,7 @@ func startCluster(t *testing.T) *etcdtest.Cluster {
 	return c
 }
 
-// paused counts the trials of TestPausedHolderFenced and the stale writes
+// paused counts the paused-holder trials of TestFaults and the stale writes
 // refused, for the README's table.
 var paused struct {
 	sync.Mutex

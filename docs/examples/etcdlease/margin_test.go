@@ -51,5 +51,10 @@ func TestLockLostAtLocalDeadline(t *testing.T) {
 	checkLost(t, l.Signal(), hang, lockName, etcdlease.ErrRenewalUnconfirmed, "(margin 2.4s)")
 	px.Heal()
 	px.Cut()
+	// A read, which etcd's client retries, waits for the reconnection the
+	// release needs.
+	if _, err := s.Client().Get(t.Context(), l.Key()); err != nil {
+		t.Fatalf("Get after healing: %v", err)
+	}
 	checkRelease(t, "Unlock after the loss", l.Unlock)
 }
