@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -40,8 +41,33 @@ type Member struct {
 // Each member listens for clients on 127.0.0.1 port 0. Its peer port is a
 // free loopback port picked just before the start, behind a proxy whose
 // address is the peer URL the member advertises: the other members reach
-// it only through that proxy.
+// it only through that proxy. If another listener took a picked port in
+// between, StartCluster empties dirs and starts again with new ports, up to
+// startAttempts times.
 func StartCluster(dirs []string) (*Cluster, error) {
+	var err error
+	for range startAttempts {
+		var c *Cluster
+		if c, err = startCluster(dirs); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		for _, dir := range dirs {
+			if err := os.RemoveAll(dir); err != nil {
+				return nil, fmt.Errorf("etcdtest: %w", err)
+			}
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("etcdtest: %w", err)
+			}
+		}
+	}
+	return nil, err
+}
+
+// startAttempts bounds the starts of a cluster whose picked ports were
+// taken.
+const startAttempts = 5
+
+func startCluster(dirs []string) (*Cluster, error) {
 	c := &Cluster{}
 	var initial []string
 	var cfgs []*embed.Config
