@@ -143,15 +143,20 @@ func (l *Lease) Err() error {
 // errNotLive is a leaf for a lost lease, with no frame to set up, since that
 // is the case every goroutine of a holder meets at once after a loss.
 func (l *Lease) errNotLive() error {
-	if l.state.load() == stateLost {
+	s := l.state.load()
+	if s == stateLost {
 		return l.lossErr()
 	}
-	return l.errLosingOrEnded()
+	return l.errLosingOrEnded(s)
 }
 
+// errLosingOrEnded is given the state errNotLive read rather than reading it
+// again: a lease that was losing at that read may be lost by now, and a second
+// read would take it for ended and return nil to a receiver woken by Done.
+//
 //go:noinline
-func (l *Lease) errLosingOrEnded() error {
-	if l.state.load() == stateLosing {
+func (l *Lease) errLosingOrEnded(s state) error {
+	if s == stateLosing {
 		// Lose holds the mutex until Done is closed and the state is lost.
 		l.mu.Lock()
 		err := l.lossErr()
