@@ -1,9 +1,11 @@
 package faulttrial_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +54,10 @@ func TestCheck(t *testing.T) {
 		{"needed, lost", faulttrial.LossNeeded, lostAlone, false},
 		{"needed, never lost", faulttrial.LossNeeded, neverLost, true},
 		{"needed, lost after the grant", faulttrial.LossNeeded, lostLate, true},
+		{"raced, lost after the grant", faulttrial.Raced, lostLate, false},
+		{"raced, lost before the grant", faulttrial.Raced, lostFirst, false},
+		{"raced, never lost", faulttrial.Raced, neverLost, true},
+		{"raced, granted, never lost", faulttrial.Raced, grantedOnly, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,8 +81,17 @@ func TestTable(t *testing.T) {
 	}
 	b.Add(blip, faulttrial.Trial{})
 	b.Add(blip, faulttrial.Trial{Lost: true, Detection: time.Second, Cause: "false"})
+	revoke := faulttrial.Fault{Name: "revoke", Want: faulttrial.Raced}
+	for _, o := range []time.Duration{-3000, 250, 1500} {
+		b.Add(revoke, faulttrial.Trial{Lost: true, Granted: true, Overlap: o * time.Microsecond, Cause: "revoked"})
+	}
+	deleted := faulttrial.Fault{Name: "deleted", Want: faulttrial.Raced}
+	b.Add(deleted, faulttrial.Trial{Lost: true, Granted: true, Overlap: -time.Millisecond, Cause: "deleted"})
 	got := b.Table("make faults")
 	for _, want := range []string{
+		"| revoke | A lost; its loss races B's grant | 3 | 3 | 3 | +2 ms | +0 ms | +0 ms | 0 | 0 | revoked |",
+		"Race, revoke: A was lost after B's grant in 2 of 3 trials, by at most 1.500 ms.",
+		"Race, deleted: A was lost no later than B's grant in each of the 1 trials where both happened.",
 		"| silent network | A lost no later than B's grant | 3 | 3 | 3 | -100 ms | -200 ms | +2000 ms | 0 | 0 | lease lost: k \\| x more |",
 		"| blip | A not lost | 2 | 1 | 0 | – | – | +1000 ms | 1 | 1 | false |",
 		"Command: `make faults`",
@@ -142,4 +157,48 @@ func TestStamp(t *testing.T) {
 	if _, ok := never.Stop(); ok {
 		t.Error("Stop() of an open channel reported it closed")
 	}
+}
+
+// Concurrently runs each index once, never more than atOnce at a time, and
+// the first atOnce together: each of them waits until atOnce have been
+// running at once, so a bound kept by running fewer at a time would never
+// return.
+func TestConcurrently(t *testing.T) {
+	const n, atOnce = 20, 3
+	var (
+		mu      sync.Mutex
+		cond    = sync.NewCond(&mu)
+		running int
+		most    int
+		ran     [n]int
+	)
+	faulttrial.Concurrently(n, atOnce, func(i int) {
+		mu.Lock()
+		defer mu.Unlock()
+		running++
+		most = max(most, running)
+		ran[i]++
+		cond.Broadcast()
+		for i < atOnce && most < atOnce {
+			cond.Wait()
+		}
+		running--
+	})
+	for i, c := range ran {
+		if c != 1 {
+			t.Errorf("run(%d) called %d times, want once", i, c)
+		}
+	}
+	if most != atOnce {
+		t.Errorf("at most %d runs at once, want %d", most, atOnce)
+	}
+}
+
+func TestConcurrentlyPanicsOnNoneAtOnce(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "faulttrial.Concurrently") {
+			t.Errorf("recover() = %v, want a panic naming faulttrial.Concurrently", r)
+		}
+	}()
+	faulttrial.Concurrently(1, 0, func(int) {})
 }
