@@ -281,13 +281,13 @@ func holderFaults() []holderFault {
 			func(tr *trial) { tr.pa.Cut() }},
 		holderFault{faulttrial.Fault{Name: fmt.Sprintf("latency %v each way (round trip %v), for two TTLs", *benignLatency, 2**benignLatency),
 			Want: faulttrial.NoLoss}, alternate, delay(*benignLatency)},
-		holderFault{faulttrial.Fault{Name: "A's session revoked", Want: faulttrial.NoOverlap}, alternate,
+		holderFault{faulttrial.Fault{Name: "A's session revoked", Want: faulttrial.Raced}, alternate,
 			func(tr *trial) {
 				if _, err := tr.op.Revoke(context.Background(), tr.sA.Lease()); err != nil {
 					tr.t.Error(err)
 				}
 			}},
-		holderFault{faulttrial.Fault{Name: "A's key deleted", Want: faulttrial.NoOverlap}, alternate,
+		holderFault{faulttrial.Fault{Name: "A's key deleted", Want: faulttrial.Raced}, alternate,
 			func(tr *trial) {
 				if _, err := tr.op.Delete(context.Background(), tr.a.Key()); err != nil {
 					tr.t.Error(err)
@@ -352,80 +352,55 @@ func TestFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sem := make(chan struct{}, perHolderAtOnce)
-		var wg sync.WaitGroup
-		for fi, f := range holderFaults() {
-			for i := range *faultTrials {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					t.Run(fmt.Sprintf("%d/%d", fi, i), func(t *testing.T) {
-						tr := startTrial(t, c, lead, (lead+1)%3, fmt.Sprintf("/faults/%d/%d", fi, i))
-						defer tr.close()
-						tr.align(f.phase.of(i))
-						tr.fault(f.apply)
-						book.Add(f.Fault, tr.outcome(f.Want, false))
-					})
-				}()
-			}
-		}
-		wg.Wait()
+		faults := holderFaults()
+		faulttrial.Concurrently(len(faults)**faultTrials, perHolderAtOnce, func(k int) {
+			fi, i := k / *faultTrials, k%*faultTrials
+			f := faults[fi]
+			t.Run(fmt.Sprintf("%d/%d", fi, i), func(t *testing.T) {
+				tr := startTrial(t, c, lead, (lead+1)%3, fmt.Sprintf("/faults/%d/%d", fi, i))
+				defer tr.close()
+				tr.align(f.phase.of(i))
+				tr.fault(f.apply)
+				book.Add(f.Fault, tr.outcome(f.Want, false))
+			})
+		})
 	})
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
-		sem := make(chan struct{}, clustersAtOnce)
-		var wg sync.WaitGroup
-		for fi, f := range clusterFaults() {
-			for i := range *faultTrials {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					t.Run(fmt.Sprintf("%d/%d", fi, i), func(t *testing.T) {
-						c := startCluster(t)
-						lead, err := c.Leader()
-						if err != nil {
-							t.Fatal(err)
-						}
-						a, b := f.pick(lead)
-						tr := startTrial(t, c, a, b, "/faults/cluster")
-						defer tr.close()
-						tr.align(phase(i % 2))
-						var noGrant bool
-						tr.fault(func(tr *trial) { noGrant = f.apply(c, tr, a) })
-						book.Add(f.Fault, tr.outcome(f.Want, noGrant))
-					})
-				}()
-			}
-		}
-		wg.Wait()
+		faults := clusterFaults()
+		faulttrial.Concurrently(len(faults)**faultTrials, clustersAtOnce, func(k int) {
+			fi, i := k / *faultTrials, k%*faultTrials
+			f := faults[fi]
+			t.Run(fmt.Sprintf("%d/%d", fi, i), func(t *testing.T) {
+				c := startCluster(t)
+				lead, err := c.Leader()
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, b := f.pick(lead)
+				tr := startTrial(t, c, a, b, "/faults/cluster")
+				defer tr.close()
+				tr.align(phase(i % 2))
+				var noGrant bool
+				tr.fault(func(tr *trial) { noGrant = f.apply(c, tr, a) })
+				book.Add(f.Fault, tr.outcome(f.Want, noGrant))
+			})
+		})
 	})
 	t.Run("paused", func(t *testing.T) {
 		t.Parallel()
 		c := startCluster(t)
-		sem := make(chan struct{}, clustersAtOnce)
-		var wg sync.WaitGroup
-		for i := range *faultTrials {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				t.Run(fmt.Sprint(i), func(t *testing.T) {
-					refused := pausedTrial(t, c, fmt.Sprintf("/faults/paused/%d", i))
-					paused.Lock()
-					paused.trials++
-					if refused {
-						paused.refused++
-					}
-					paused.Unlock()
-				})
-			}()
-		}
-		wg.Wait()
+		faulttrial.Concurrently(*faultTrials, clustersAtOnce, func(i int) {
+			t.Run(fmt.Sprint(i), func(t *testing.T) {
+				refused := pausedTrial(t, c, fmt.Sprintf("/faults/paused/%d", i))
+				paused.Lock()
+				paused.trials++
+				if refused {
+					paused.refused++
+				}
+				paused.Unlock()
+			})
+		})
 	})
 	t.Cleanup(func() {
 		book.Check(t)

@@ -97,51 +97,49 @@ func TestFaults(t *testing.T) {
 	defer proxy.Close()
 	admin := connect(t, server, server.Addr())
 
-	t.Run("terminate", func(t *testing.T) {
-		for i := range trials(50, 5) {
-			r := startTrial(t, server, server.Addr(), admin, fast, fmt.Sprintf("terminate-%d", i))
-			r.fault(func() { terminate(t, admin, r.aConn.PgConn().PID()) })
-			tr := r.finish(t, waitTimeout, waitTimeout, pglease.ErrTerminated)
-			if !tr.Lost || !tr.Granted {
-				t.Errorf("trial %d: A lost %v, B granted %v; want both", i, tr.Lost, tr.Granted)
+	// Faults at the server or the proxy: A is lost by push (terminate, cut)
+	// or by the deadline (silent, replies dropped), and B is granted each
+	// time; after a proxy fault, the proxy is healed and its connections cut,
+	// so that the next trial starts from none.
+	for _, pf := range []struct {
+		fault    faulttrial.Fault
+		name     string // of the subtest, and the prefix of each trial's subject
+		trials   int    // with -pg.goals; few otherwise
+		few      int
+		viaProxy bool
+		apply    func(t *testing.T, r *trial)
+		cause    error
+	}{
+		{fTerminate, "terminate", 50, 5, false, func(t *testing.T, r *trial) { terminate(t, admin, r.aConn.PgConn().PID()) }, pglease.ErrTerminated},
+		{fCut, "cut", 30, 3, true, func(*testing.T, *trial) { proxy.Cut() }, pglease.ErrConnLost},
+		{fSilent, "silent", 30, 3, true, func(*testing.T, *trial) { proxy.Drop(faultnet.Both) }, pglease.ErrUnresponsive},
+		// The server still hears A's heartbeats and keeps the session: B
+		// cannot be granted until A's close reaches it.
+		{fDeaf, "deaf", 30, 3, true, func(*testing.T, *trial) { proxy.Drop(faultnet.ToClient) }, pglease.ErrUnresponsive},
+	} {
+		t.Run(pf.name, func(t *testing.T) {
+			addr := server.Addr()
+			if pf.viaProxy {
+				addr = proxy.Addr()
 			}
-			add(fTerminate, tr)
-		}
-	})
+			for i := range trials(pf.trials, pf.few) {
+				r := startTrial(t, server, addr, admin, fast, fmt.Sprintf("%s-%d", pf.name, i))
+				r.fault(func() { pf.apply(t, r) })
+				tr := r.finish(t, waitTimeout, waitTimeout, pf.cause)
+				if !tr.Lost || !tr.Granted {
+					t.Errorf("trial %d: A lost %v, B granted %v; want both", i, tr.Lost, tr.Granted)
+				}
+				add(pf.fault, tr)
+				if pf.viaProxy {
+					proxy.Heal()
+					proxy.Cut()
+				}
+			}
+		})
+	}
 	t.Run("same process", func(t *testing.T) {
 		for i := range trials(200, 10) {
 			add(fSameProc, sameProcessTrial(t, admin, fmt.Sprintf("same-%d", i)))
-		}
-	})
-	t.Run("cut", func(t *testing.T) {
-		for i := range trials(30, 3) {
-			r := startTrial(t, server, proxy.Addr(), admin, fast, fmt.Sprintf("cut-%d", i))
-			r.fault(proxy.Cut)
-			tr := r.finish(t, waitTimeout, waitTimeout, pglease.ErrConnLost)
-			if !tr.Lost || !tr.Granted {
-				t.Errorf("trial %d: A lost %v, B granted %v; want both", i, tr.Lost, tr.Granted)
-			}
-			add(fCut, tr)
-		}
-	})
-	t.Run("silent", func(t *testing.T) {
-		for i := range trials(30, 3) {
-			r := startTrial(t, server, proxy.Addr(), admin, fast, fmt.Sprintf("silent-%d", i))
-			r.fault(func() { proxy.Drop(faultnet.Both) })
-			add(fSilent, r.finish(t, waitTimeout, waitTimeout, pglease.ErrUnresponsive))
-			proxy.Heal()
-			proxy.Cut()
-		}
-	})
-	t.Run("replies dropped", func(t *testing.T) {
-		for i := range trials(30, 3) {
-			r := startTrial(t, server, proxy.Addr(), admin, fast, fmt.Sprintf("deaf-%d", i))
-			r.fault(func() { proxy.Drop(faultnet.ToClient) })
-			// The server still hears A's heartbeats and keeps the
-			// session: B cannot be granted until A's close reaches it.
-			add(fDeaf, r.finish(t, waitTimeout, waitTimeout, pglease.ErrUnresponsive))
-			proxy.Heal()
-			proxy.Cut()
 		}
 	})
 	t.Run("stopped", func(t *testing.T) {
