@@ -667,3 +667,94 @@ func TestContextLiveRequestsAreKept(t *testing.T) {
 }
 
 type forgottenKey struct{}
+
+// End takes no lock when nothing is registered, so a registration made at
+// the same moment must find the end itself: whichever comes first, once both
+// have returned the ended signal keeps no registration and runs nothing.
+func TestEndRacingRegistrationsKeepsNone(t *testing.T) {
+	req, cancelReq := context.WithCancel(context.Background())
+	defer cancelReq()
+	registrations := []struct {
+		name     string
+		register func(sig *signal.Signal, ran *atomic.Bool)
+	}{
+		{"AfterLoss", func(sig *signal.Signal, ran *atomic.Bool) { sig.AfterLoss(func() { ran.Store(true) }) }},
+		{"Context of a request", func(sig *signal.Signal, ran *atomic.Bool) {
+			ctx, _ := sig.Context(req) // cancel forgotten on purpose: the end must drop the context
+			context.AfterFunc(ctx, func() { ran.Store(true) })
+		}},
+		{"Context of Background", func(sig *signal.Signal, ran *atomic.Bool) {
+			ctx, _ := sig.Context(context.Background()) // cancel forgotten on purpose
+			context.AfterFunc(ctx, func() { ran.Store(true) })
+		}},
+		{"Any", func(sig *signal.Signal, ran *atomic.Bool) {
+			merged, _ := signal.Any(sig) // the release is forgotten on purpose
+			merged.AfterLoss(func() { ran.Store(true) })
+		}},
+	}
+	for _, r := range registrations {
+		t.Run(r.name, func(t *testing.T) {
+			for i := range 20000 {
+				c := controller.New("orders")
+				sig := c.Signal()
+				var ran atomic.Bool
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				wg.Go(func() { <-start; r.register(sig, &ran) })
+				close(start)
+				c.End()
+				wg.Wait()
+				if n := signal.Registrations(sig); n != 0 {
+					t.Fatalf("trial %d: %d registrations kept by an ended signal, want 0", i, n)
+				}
+				c.Lose(errRefused)
+				if ran.Load() {
+					t.Fatalf("trial %d: a registration ran after the end", i)
+				}
+			}
+		})
+	}
+}
+
+// An End that reports false because a Lose won returns only once the loss
+// is complete: Err has it and Done is closed, as after a Lose that reports
+// false. Goroutines blocked on Done make its close, the window in which
+// the loss is under way, long enough for End to fall into it.
+func TestEndFalseFindsLossComplete(t *testing.T) {
+	const waiters = 16
+	for i := range 5000 {
+		c := controller.New("orders")
+		sig := c.Signal()
+		done := sig.Done()
+		var wg sync.WaitGroup
+		var blocked sync.WaitGroup
+		ended := make(chan struct{}) // lets the waiters go when End wins
+		for range waiters {
+			blocked.Add(1)
+			wg.Go(func() {
+				blocked.Done()
+				select {
+				case <-done:
+				case <-ended:
+				}
+			})
+		}
+		blocked.Wait()
+		start := make(chan struct{})
+		wg.Go(func() { <-start; c.Lose(errRefused) })
+		close(start)
+		for range i % 64 {
+			runtime.Gosched()
+		}
+		if !c.End() {
+			if !isClosed(done) {
+				t.Fatalf("trial %d: End() = false with Done still open", i)
+			}
+			if sig.Err() == nil {
+				t.Fatalf("trial %d: End() = false with Err() = nil", i)
+			}
+		}
+		close(ended)
+		wg.Wait()
+	}
+}

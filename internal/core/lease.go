@@ -28,7 +28,7 @@ import (
 type Lease struct {
 	_     noCopy
 	state stateWord
-	mu    sync.Mutex // guards err and regs; every write of state happens under it; done is set by compare-and-swap, see makeDone
+	mu    sync.Mutex // guards err and regs, and Lose's moves of state; End moves state without it, see End; done is set by compare-and-swap, see makeDone
 	// err is the error Err returns, kept in the lease so that a loss makes no
 	// allocation of its own. It holds the subject from New; the loss writes
 	// it whole, once, before the state becomes lost, and then it is never
@@ -212,15 +212,17 @@ func (l *Lease) Lose(cause error) bool { return l.lose(cause) }
 // source's *lost.Error, and reports whether this call lost it.
 func (l *Lease) lose(cause error) bool {
 	l.mu.Lock()
-	if l.state.load() != stateLive {
+	// Err reads the state without the mutex; see Err for why the state is
+	// losing while Done is closed, and why Err finds the error, written
+	// just after, by waiting for the mutex. A compare-and-swap, because End
+	// moves a live lease without the mutex.
+	if !l.state.cas(stateLive, stateLosing) {
 		l.mu.Unlock()
 		return false
 	}
 	l.err = *lost.New(l.err.Subject(), cause)
-	// Err reads the state without the mutex; see Err for why the state is
-	// losing while Done is closed. With no channel yet, closedchan takes its
-	// place, so that a racing makeDone finds it.
-	l.state.store(stateLosing)
+	// With no channel yet, closedchan takes its place, so that a racing
+	// makeDone finds it.
 	if c := l.loadDone(); c != nil || !l.casDone(closedchan) {
 		close(l.loadDone())
 	}
@@ -258,29 +260,63 @@ func (r *registry) fire(err *lost.Error) {
 }
 
 // End ends a live lease and reports whether this call ended it.
+//
+// It takes the mutex only when something is registered: a lease released
+// as soon as its work is done, the common case, costs one compare-and-swap.
+// A registration that was being made under the mutex meanwhile looks at the
+// state again once it is in (see unlockRegistered): the state word's operations
+// are sequentially consistent, so either End's load of regs below finds the
+// registry, or that second look finds the lease ended, and takes it off.
 func (l *Lease) End() bool {
-	l.mu.Lock()
-	if l.state.load() != stateLive {
-		l.mu.Unlock()
+	if !l.state.cas(stateLive, stateEnded) {
+		if s := l.state.load(); s == stateLosing {
+			// A Lose holds the mutex while it closes Done: wait for it,
+			// as Err does, so that an End that reports false finds the
+			// loss complete in Err and Done alike.
+			l.errLosingOrEnded(s)
+		}
 		return false
 	}
-	l.state.store(stateEnded)
-	r := l.regs.load()
-	if r == nil {
-		l.mu.Unlock()
+	if l.regs.load() == nil {
 		return true
 	}
+	l.mu.Lock()
+	r := l.regs.load()
 	l.regs.store(nil)
 	l.mu.Unlock()
+	r.drop()
+	return true
+}
 
-	// Drop every registration and what it holds, even where the holder
-	// keeps its stop func: nothing can fire any more. The lease's context
-	// is never cancelled now; its children stay its own, and go with it.
+// drop drops every registration in r and what it holds, even where the
+// holder keeps its stop func: the lease is ended and nothing can fire any
+// more. The lease's context is never cancelled now; its children stay its
+// own, and go with it. r may be nil.
+func (r *registry) drop() {
+	if r == nil {
+		return
+	}
 	r.ctxs = nil
 	for w := r.waiters; w != nil; {
 		w, _, _ = w.detach()
 	}
-	return true
+}
+
+// unlockRegistered unlocks the mutex after a registration was put in the
+// registry of a lease found live, and reports whether the lease was still
+// live then. If End moved it meanwhile (nothing else can while the mutex is
+// held), End may have looked for the registry before it was there, so
+// unlockRegistered takes it off and drops it, as End would have.
+func (l *Lease) unlockRegistered() bool {
+	if l.state.load() == stateLive {
+		l.mu.Unlock()
+		return true
+	}
+	r := l.regs.load()
+	l.regs.store(nil)
+	l.mu.Unlock()
+	r.drop()
+	return false
 }
 
 // registry returns l's registry, made if need be. It runs with the mutex
@@ -359,7 +395,9 @@ func (l *Lease) context() context.Context {
 			lc.ctx, lc.cancel = context.WithCancelCause(context.Background())
 			r.ctx.store(lc)
 		}
-		l.mu.Unlock()
+		if !l.unlockRegistered() {
+			return nil
+		}
 		return lc.ctx
 	case stateEnded:
 		l.mu.Unlock()
@@ -383,9 +421,7 @@ func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (int
 	r := l.registry()
 	r.sweepCtxs()
 	r.ctxs = append(r.ctxs, ctxEntry{ctx, cancel})
-	i := len(r.ctxs) - 1
-	l.mu.Unlock()
-	return i, true
+	return len(r.ctxs) - 1, l.unlockRegistered()
 }
 
 // sweepCtxs looks at the next two entries of r.ctxs and drops those whose
@@ -441,8 +477,8 @@ func sameFunc(f, g context.CancelCauseFunc) bool {
 // add links w in and reports true while the lease is live, or reports false.
 func (l *Lease) add(w *waiter) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.state.load() != stateLive {
+		l.mu.Unlock()
 		return false
 	}
 	r := l.registry()
@@ -452,7 +488,7 @@ func (l *Lease) add(w *waiter) bool {
 		w.next.prev = w
 	}
 	r.waiters = w
-	return true
+	return l.unlockRegistered()
 }
 
 // stop unlinks w and reports whether this call kept it from firing.

@@ -20,12 +20,15 @@ const (
 	stateEnded               // released by its holder: nothing can lose it any more
 )
 
-// stateWord holds the state. Err reads it with one atomic load; it is written
-// only with the Lease's mutex held, after everything the new state publishes.
+// stateWord holds the state. Err reads it with one atomic load. A live lease
+// leaves the live state only by a compare-and-swap: End's, which takes no
+// lock, or Lose's, made with the Lease's mutex held; losing becomes lost by
+// a store under the mutex, after everything the new state publishes.
 type stateWord struct{ v atomic.Uint32 }
 
-func (w *stateWord) load() state   { return w.v.Load() }
-func (w *stateWord) store(s state) { w.v.Store(s) }
+func (w *stateWord) load() state             { return w.v.Load() }
+func (w *stateWord) store(s state)           { w.v.Store(s) }
+func (w *stateWord) cas(old, new state) bool { return w.v.CompareAndSwap(old, new) }
 
 // The Done channel, once made, lives in Lease.done as an unsafe.Pointer: a
 // channel is a pointer to the runtime's channel header, and keeping it as one
