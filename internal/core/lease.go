@@ -421,7 +421,8 @@ func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (int
 	r := l.registry()
 	r.sweepCtxs()
 	r.ctxs = append(r.ctxs, ctxEntry{ctx, cancel})
-	return len(r.ctxs) - 1, l.unlockRegistered()
+	i := len(r.ctxs) - 1 // read under the mutex, before unlockRegistered lets go of it
+	return i, l.unlockRegistered()
 }
 
 // sweepCtxs looks at the next two entries of r.ctxs and drops those whose
