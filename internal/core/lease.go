@@ -95,8 +95,9 @@ func (w *waiter) unlink() {
 }
 
 // detach clears w's links and what it would call, and returns them. Lose and
-// End call it without the mutex, on waiters they have taken off a lease that
-// is no longer live: a concurrent stop sees the state and leaves them alone.
+// End, or a registration that found the lease ended (unlockRegistered), call
+// it without the mutex, on waiters taken off a lease that is no longer live:
+// a concurrent stop sees the state and leaves them alone.
 func (w *waiter) detach() (next *waiter, f func(), lose func(*lost.Error)) {
 	next, f, lose = w.next, w.f, w.lose
 	w.prev, w.next, w.f, w.lose = nil, nil, nil, nil
@@ -536,6 +537,11 @@ func (l *Lease) String(kind string) string {
 	}
 	return s + ", live)"
 }
+
+// KeepsRegistry reports whether l still holds a registry, which the loss or
+// the end takes off whole; it counts the lease's own context, which
+// Registrations does not. Tests use it to show what an ended lease keeps.
+func (l *Lease) KeepsRegistry() bool { return l.regs.load() != nil }
 
 // Registrations returns how many registrations l keeps: callbacks, merged
 // leases and contexts, counting a context made from Background (a child of

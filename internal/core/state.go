@@ -15,7 +15,7 @@ type state = uint32
 
 const (
 	stateLive   state = iota // held: no loss yet, no release yet
-	stateLosing              // Lose has stored the reason and is closing Done
+	stateLosing              // Lose, with the mutex held, is storing the reason and closing Done
 	stateLost                // lost: the reason is stored and Done is closed
 	stateEnded               // released by its holder: nothing can lose it any more
 )
