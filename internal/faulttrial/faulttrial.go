@@ -35,7 +35,8 @@ const (
 	// B is granted, the overlap must not be positive.
 	LossNeeded
 	// Raced: the server tells A and frees the claim for B in one step (a
-	// revoke or a deletion that etcd pushes to every watcher at once), so A's
+	// deletion that etcd pushes to every watcher at once, a backend that
+	// PostgreSQL terminates, a connection reset seen by both ends), so A's
 	// loss and B's grant race and nothing A does can make it win. A must be
 	// lost; a positive overlap is measured and reported (Table says in how
 	// many trials and by how much), not a violation. Only fencing protects

@@ -353,8 +353,9 @@ func TestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		faults := holderFaults()
-		faulttrial.Concurrently(len(faults)**faultTrials, perHolderAtOnce, func(k int) {
-			fi, i := k / *faultTrials, k%*faultTrials
+		n := *faultTrials
+		faulttrial.Concurrently(len(faults)*n, perHolderAtOnce, func(k int) {
+			fi, i := k/n, k%n
 			f := faults[fi]
 			t.Run(fmt.Sprintf("%d/%d", fi, i), func(t *testing.T) {
 				tr := startTrial(t, c, lead, (lead+1)%3, fmt.Sprintf("/faults/%d/%d", fi, i))
@@ -368,8 +369,9 @@ func TestFaults(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
 		faults := clusterFaults()
-		faulttrial.Concurrently(len(faults)**faultTrials, clustersAtOnce, func(k int) {
-			fi, i := k / *faultTrials, k%*faultTrials
+		n := *faultTrials
+		faulttrial.Concurrently(len(faults)*n, clustersAtOnce, func(k int) {
+			fi, i := k/n, k%n
 			f := faults[fi]
 			t.Run(fmt.Sprintf("%d/%d", fi, i), func(t *testing.T) {
 				c := startCluster(t)
