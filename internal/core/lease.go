@@ -346,7 +346,7 @@ func (l *Lease) AfterLoss(f func()) (stop func() bool) {
 // WithCancel returns a copy of parent that is cancelled with the loss as its
 // cause.
 func (l *Lease) WithCancel(parent context.Context) (context.Context, context.CancelFunc) {
-	if parent.Done() == nil && (parent == context.Background() || parent == context.TODO()) {
+	if t := typeWord(parent); t == backgroundType || t == todoType {
 		// A parent that carries nothing: the context is a child of the lease's
 		// own context, made by package context, which costs what
 		// context.WithCancel costs and nothing more. The loss cancels the
@@ -373,6 +373,19 @@ func (l *Lease) WithCancel(parent context.Context) (context.Context, context.Can
 		l.dropCtx(i, cancel)
 		cancel(context.Canceled)
 	}
+}
+
+// backgroundType and todoType are the type words of context.Background()
+// and context.TODO(), as an interface holds them. Their dynamic types have
+// size zero, so every value of one of them is the same value, and a parent
+// with one of these type words is Background or TODO: comparing the word is
+// the whole comparison. Comparing the interfaces would call the runtime's
+// equality func, a cost on every WithCancel.
+var backgroundType, todoType = typeWord(context.Background()), typeWord(context.TODO())
+
+// typeWord returns the first word of ctx, the one that names its dynamic type.
+func typeWord(ctx context.Context) unsafe.Pointer {
+	return (*[2]unsafe.Pointer)(unsafe.Pointer(&ctx))[0]
 }
 
 // context returns the lease as a context, made if need be, or nil once the
