@@ -19,6 +19,7 @@ import (
 )
 
 var errRefused = errors.New("the coordinator refused the claim")
+var errLater = errors.New("a later loss")
 
 func isClosed(c <-chan struct{}) bool {
 	select {
@@ -720,20 +721,100 @@ func TestEndRacingRegistrationsKeepsNone(t *testing.T) {
 	}
 }
 
-// An End that reports false because a Lose won returns only once the loss
-// is complete: Done is closed, as after a Lose that reports false.
-func TestEndFalseFindsLossComplete(t *testing.T) {
-	for i := range 20000 {
-		c := controller.New("orders")
-		sig := c.Signal()
-		done := sig.Done()
-		var ended, closed bool
-		race(func() { c.Lose(errRefused) }, func() {
-			ended = c.End()
-			closed = isClosed(done)
-		})
-		if !ended && !closed {
-			t.Fatalf("trial %d: End() = false with Done still open", i)
+// A registration racing a loss is fired, whichever side takes the registry:
+// once both calls have returned, a context made by the registration is
+// cancelled with the loss, a merged signal is lost with it, an AfterLoss
+// callback runs, and the lost signal keeps nothing.
+func TestLoseRacingRegistrationsFiresAll(t *testing.T) {
+	req, cancelReq := context.WithCancel(context.Background())
+	defer cancelReq()
+	contextFired := func(ctx context.Context) error {
+		if got := context.Cause(ctx); !errors.Is(got, errRefused) {
+			return fmt.Errorf("context.Cause = %v, want the loss", got)
 		}
+		return nil
+	}
+	registrations := []struct {
+		name     string
+		register func(sig *signal.Signal) (fired func() error)
+	}{
+		{"AfterLoss", func(sig *signal.Signal) func() error {
+			ran := make(chan struct{})
+			sig.AfterLoss(func() { close(ran) })
+			return func() error {
+				select {
+				case <-ran:
+					return nil
+				case <-time.After(time.Minute):
+					return errors.New("the AfterLoss callback never ran")
+				}
+			}
+		}},
+		{"Context of a request", func(sig *signal.Signal) func() error {
+			ctx, _ := sig.Context(req)
+			return func() error { return contextFired(ctx) }
+		}},
+		{"Context of Background", func(sig *signal.Signal) func() error {
+			ctx, _ := sig.Context(context.Background())
+			return func() error { return contextFired(ctx) }
+		}},
+		{"Any", func(sig *signal.Signal) func() error {
+			merged, _ := signal.Any(sig)
+			return func() error {
+				if got := merged.Err(); !errors.Is(got, errRefused) {
+					return fmt.Errorf("merged Err() = %v, want the loss", got)
+				}
+				return nil
+			}
+		}},
+	}
+	for _, r := range registrations {
+		t.Run(r.name, func(t *testing.T) {
+			for i := range 10000 {
+				c := controller.New("orders")
+				sig := c.Signal()
+				var fired func() error
+				race(func() { fired = r.register(sig) }, func() { c.Lose(errRefused) })
+				if err := fired(); err != nil {
+					t.Fatalf("trial %d: %v", i, err)
+				}
+				if signal.KeepsRegistry(sig) {
+					t.Fatalf("trial %d: a lost signal keeps its registry", i)
+				}
+			}
+		})
+	}
+}
+
+// A call that reports false because a Lose won returns only once the loss
+// is complete: Done is closed, as after that Lose returned. Lose and End
+// move the state without a lock, and a stop finds the state under the
+// mutex, which the loss does not take: each must wait for a loss under way.
+func TestFalseFindsLossComplete(t *testing.T) {
+	calls := []struct {
+		name string
+		call func(c *controller.Controller, stop func() bool) bool
+	}{
+		{"End", func(c *controller.Controller, _ func() bool) bool { return c.End() }},
+		{"Lose", func(c *controller.Controller, _ func() bool) bool { return c.Lose(errLater) }},
+		{"stop", func(_ *controller.Controller, stop func() bool) bool { return stop() }},
+	}
+	for _, call := range calls {
+		t.Run(call.name, func(t *testing.T) {
+			for i := range 20000 {
+				c := controller.New("orders")
+				sig := c.Signal()
+				done := sig.Done()
+				stop := sig.AfterLoss(func() {})
+				var ok, closed bool
+				race(func() { c.Lose(errRefused) }, func() {
+					ok = call.call(c, stop)
+					closed = isClosed(done)
+				})
+				if !ok && !closed {
+					t.Fatalf("trial %d: %s() = false with Done still open", i, call.name)
+				}
+			}
+		})
 	}
 }

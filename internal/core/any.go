@@ -30,7 +30,7 @@ type merged struct {
 // order given wins. Any of no source gives a lease that is never lost.
 func Any(n int, src func(i int) *Lease) (l *Lease, release func()) {
 	m := &merged{srcs: make([]waiter, n)}
-	m.err = *lost.New("", fromSource{})
+	m.err = *lost.New(mergedSubject, fromSource{})
 	lose := m.lose // one func for every waiter
 	// Every waiter is complete before the first is shared: a source lost
 	// during the loop reads all of them to take them off.

@@ -6,6 +6,7 @@ package core
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -28,11 +29,12 @@ import (
 type Lease struct {
 	_     noCopy
 	state stateWord
-	mu    sync.Mutex // guards err and regs, and Lose's moves of state; End moves state without it, see End; done is set by compare-and-swap, see makeDone
+	mu    sync.Mutex // guards regs and what it holds; state and done change by compare-and-swap, see Lose, End and makeDone
 	// err is the error Err returns, kept in the lease so that a loss makes no
-	// allocation of its own. It holds the subject from New; the loss writes
-	// it whole, once, before the state becomes lost, and then it is never
-	// written again. For a lease made by Any, its cause is a fromSource.
+	// allocation of its own. Its subject is set by New and never written
+	// again, so it is read at any time; its cause is written once, by the
+	// Lose that moved the state to losing, and read only once the loss is
+	// complete. For a lease made by Any, the cause is a fromSource.
 	err  lost.Error
 	done unsafe.Pointer // the Done channel once made; see Done
 	regs registrySlot   // what is registered on a live lease; nil until the first registration
@@ -114,23 +116,20 @@ func init() { close(closedchan) }
 func New(subject string) *Lease { return &Lease{err: *lost.New(subject, nil)} }
 
 // Subject returns what the lease gives the right to; for a merged lease, the
-// subjects of its sources. It takes the mutex: the subject lives in err,
-// which the loss writes whole.
+// subjects of its sources. The subject is never written after New, so no
+// lock is needed.
 func (l *Lease) Subject() string {
-	l.mu.Lock()
-	merged, subject := l.isMerged(), l.err.Subject()
-	l.mu.Unlock()
-	if merged {
+	if l.isMerged() {
 		return l.asMerged().subjects()
 	}
-	return subject
+	return l.err.Subject()
 }
 
 // Err returns nil while the lease is live or ended, and the loss once it is lost.
 // A receiver woken by the close of Done must find the error, and whoever
 // finds the error must find Done closed (Go issue 75533 is this bug in
-// context). Lose therefore passes through stateLosing while it closes Done,
-// with the mutex held, and Err in that short window waits for the mutex.
+// context). Lose therefore passes through stateLosing while it writes the
+// cause and closes Done, and Err in that short window waits for Done.
 // Only the live state is checked inline: it is the one a holder's loop sees
 // on every write, and a second branch would push Err over the compiler's
 // inlining budget. Lost and ended cost a call but take no lock.
@@ -158,13 +157,17 @@ func (l *Lease) errNotLive() error {
 //go:noinline
 func (l *Lease) errLosingOrEnded(s state) error {
 	if s == stateLosing {
-		// Lose holds the mutex until Done is closed and the state is lost.
-		l.mu.Lock()
-		err := l.lossErr()
-		l.mu.Unlock()
-		return err
+		return l.awaitLoss()
 	}
 	return nil
+}
+
+// awaitLoss waits until the Lose under way has closed Done, which it does
+// just after writing the cause and without waiting for anything, and returns
+// the loss. The lease must be losing or lost.
+func (l *Lease) awaitLoss() *lost.Error {
+	<-l.Done()
+	return l.lossErr()
 }
 
 // lossErr returns the error of a lost lease: its own, or for a merged lease
@@ -183,10 +186,16 @@ type fromSource struct{ err *lost.Error }
 
 func (f fromSource) Error() string { return f.err.Error() }
 
-// isMerged reports whether l was made by Any. It runs with the mutex held.
+// mergedSubject is the subject in the err of every merged lease, which no
+// holder sees (a merged lease reports its source's error). It is made at run
+// time, so that its bytes are at an address no other string has: a subject an
+// issuer passes to New, equal or not, is never taken for it.
+var mergedSubject = strings.Clone("merged")
+
+// isMerged reports whether l was made by Any. It reads the subject, which
+// never changes, rather than the cause, which a loss may be writing.
 func (l *Lease) isMerged() bool {
-	_, ok := l.err.Unwrap().(fromSource)
-	return ok
+	return unsafe.StringData(l.err.Subject()) == unsafe.StringData(mergedSubject)
 }
 
 // makeDone makes the Done channel, or finds the one another call made, or
@@ -211,32 +220,78 @@ func (l *Lease) Lose(cause error) bool { return l.lose(cause) }
 
 // lose loses a live lease with cause, which for a merged lease is its
 // source's *lost.Error, and reports whether this call lost it.
+//
+// It takes no lock until the loss is complete, so that nothing a holder does
+// (a registration holds the mutex) can hold the loss back. The
+// compare-and-swap to losing makes this call the only one that writes the
+// cause and closes Done; End and other Loses find the state moved. Err, and
+// anything else that finds the state losing, waits for Done (see awaitLoss).
+// Between the compare-and-swap and the close there is nothing to wait for.
+//
+// What is registered is taken off afterwards, under the mutex, if there is
+// anything. A registration racing the loss reads the state again once it is
+// in (see unlockRegistered): the state word's and the registry slot's
+// operations are sequentially consistent, so either the load of regs below
+// finds the registry, or that second look finds the lease no longer live
+// and fires what it added itself. The mutex lets only one of them take it.
 func (l *Lease) lose(cause error) bool {
-	l.mu.Lock()
-	// Err reads the state without the mutex; see Err for why the state is
-	// losing while Done is closed, and why Err finds the error, written
-	// just after, by waiting for the mutex. A compare-and-swap, because End
-	// moves a live lease without the mutex.
 	if !l.state.cas(stateLive, stateLosing) {
-		l.mu.Unlock()
+		l.awaitLosing()
 		return false
 	}
-	l.err = *lost.New(l.err.Subject(), cause)
+	l.setCause(cause)
 	// With no channel yet, closedchan takes its place, so that a racing
 	// makeDone finds it.
 	if c := l.loadDone(); c != nil || !l.casDone(closedchan) {
 		close(l.loadDone())
 	}
 	l.state.store(stateLost)
-	r := l.regs.load()
-	if r == nil {
-		l.mu.Unlock()
-		return true
+	if l.regs.load() != nil {
+		if r := l.takeRegistry(); r != nil {
+			r.fire(l.lossErr())
+		}
 	}
+	return true
+}
+
+// setCause writes the cause into l.err, leaving the subject alone: Subject
+// reads it at any time, so the loss must not write it, even with its own
+// value. Package lost gives no setter, so the write goes through
+// errorFields, which lays out lost.Error; the size check below and
+// TestSetCause keep the two in step.
+func (l *Lease) setCause(cause error) {
+	(*errorFields)(unsafe.Pointer(&l.err)).cause = cause
+}
+
+// errorFields are the fields of lost.Error, in its order.
+type errorFields struct {
+	subject string
+	cause   error
+}
+
+// Both are zero only if lost.Error and errorFields have one size.
+var (
+	_ [unsafe.Sizeof(lost.Error{}) - unsafe.Sizeof(errorFields{})]byte
+	_ [unsafe.Sizeof(errorFields{}) - unsafe.Sizeof(lost.Error{})]byte
+)
+
+// awaitLosing waits for a Lose under way, if there is one, to close Done, so
+// that a Lose or End that reports false because of it finds the loss complete
+// in Err and Done alike, as it would after that Lose returned.
+func (l *Lease) awaitLosing() {
+	if l.state.load() == stateLosing {
+		l.awaitLoss()
+	}
+}
+
+// takeRegistry takes l's registry off under the mutex and returns it, or nil
+// if another call took it first. The lease must no longer be live.
+func (l *Lease) takeRegistry() *registry {
+	l.mu.Lock()
+	r := l.regs.load()
 	l.regs.store(nil)
 	l.mu.Unlock()
-	r.fire(l.lossErr())
-	return true
+	return r
 }
 
 // fire cancels every context in r and loses or starts every waiter, after
@@ -270,22 +325,13 @@ func (r *registry) fire(err *lost.Error) {
 // registry, or that second look finds the lease ended, and takes it off.
 func (l *Lease) End() bool {
 	if !l.state.cas(stateLive, stateEnded) {
-		if s := l.state.load(); s == stateLosing {
-			// A Lose holds the mutex while it closes Done: wait for it,
-			// as Err does, so that an End that reports false finds the
-			// loss complete in Err and Done alike.
-			l.errLosingOrEnded(s)
-		}
+		l.awaitLosing()
 		return false
 	}
 	if l.regs.load() == nil {
 		return true
 	}
-	l.mu.Lock()
-	r := l.regs.load()
-	l.regs.store(nil)
-	l.mu.Unlock()
-	r.drop()
+	l.takeRegistry().drop()
 	return true
 }
 
@@ -304,20 +350,30 @@ func (r *registry) drop() {
 }
 
 // unlockRegistered unlocks the mutex after a registration was put in the
-// registry of a lease found live, and reports whether the lease was still
-// live then. If End moved it meanwhile (nothing else can while the mutex is
-// held), End may have looked for the registry before it was there, so
-// unlockRegistered takes it off and drops it, as End would have.
+// registry of a lease found live, and reports whether the registration
+// stands: false if the lease was ended meanwhile. Neither End nor Lose waits
+// for the mutex to move the state, and either may have looked for the
+// registry before it was there, so a lease no longer live has its registry
+// taken off here, as they would have: dropped after an end, fired after a
+// loss, once the loss is complete. If the loss took the registry first, it
+// fires it.
 func (l *Lease) unlockRegistered() bool {
-	if l.state.load() == stateLive {
+	s := l.state.load()
+	if s == stateLive {
 		l.mu.Unlock()
 		return true
 	}
 	r := l.regs.load()
 	l.regs.store(nil)
 	l.mu.Unlock()
-	r.drop()
-	return false
+	if s == stateEnded {
+		r.drop()
+		return false
+	}
+	if err := l.awaitLoss(); r != nil {
+		r.fire(err)
+	}
+	return true
 }
 
 // registry returns l's registry, made if need be. It runs with the mutex
@@ -335,7 +391,7 @@ func (l *Lease) registry() *registry {
 func (l *Lease) AfterLoss(f func()) (stop func() bool) {
 	w := &waiter{lease: l, f: f}
 	if !l.add(w) {
-		if l.state.load() == stateLost {
+		if l.Err() != nil {
 			go f()
 		}
 		return stopped
@@ -419,7 +475,7 @@ func (l *Lease) context() context.Context {
 	}
 	l.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(context.Background())
-	cancel(l.lossErr())
+	cancel(l.awaitLoss())
 	return ctx
 }
 
@@ -510,10 +566,16 @@ func (l *Lease) add(w *waiter) bool {
 func (w *waiter) stop() bool {
 	l := w.lease
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !w.linked || l.state.load() != stateLive {
+	if s := l.state.load(); !w.linked || s != stateLive {
+		l.mu.Unlock()
+		// A stop that reports false because of a loss under way finds
+		// the loss complete, as one made after that Lose returned.
+		if s == stateLosing {
+			l.awaitLoss()
+		}
 		return false
 	}
+	defer l.mu.Unlock()
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
@@ -532,16 +594,9 @@ func stopped() bool { return false }
 // signal.Signal("orders", lost: the coordinator refused the claim).
 func (l *Lease) String(kind string) string {
 	s := kind + "(" + strconv.Quote(l.Subject())
-	l.mu.Lock()
-	st := l.state.load()
-	var cause error
-	if st == stateLost {
-		cause = l.lossErr().Unwrap()
-	}
-	l.mu.Unlock()
-	switch st {
-	case stateLost:
-		if cause != nil {
+	switch l.state.load() {
+	case stateLosing, stateLost:
+		if cause := l.awaitLoss().Unwrap(); cause != nil {
 			return s + ", lost: " + cause.Error() + ")"
 		}
 		return s + ", lost)"

@@ -15,15 +15,15 @@ type state = uint32
 
 const (
 	stateLive   state = iota // held: no loss yet, no release yet
-	stateLosing              // Lose, with the mutex held, is storing the reason and closing Done
+	stateLosing              // Lose is writing the cause and closing Done; readers wait for Done
 	stateLost                // lost: the reason is stored and Done is closed
 	stateEnded               // released by its holder: nothing can lose it any more
 )
 
 // stateWord holds the state. Err reads it with one atomic load. A live lease
-// leaves the live state only by a compare-and-swap: End's, which takes no
-// lock, or Lose's, made with the Lease's mutex held; losing becomes lost by
-// a store under the mutex, after everything the new state publishes.
+// leaves the live state only by a compare-and-swap, End's or Lose's, neither
+// made under a lock; losing becomes lost by Lose's store, after everything
+// the new state publishes.
 type stateWord struct{ v atomic.Uint32 }
 
 func (w *stateWord) load() state             { return w.v.Load() }
