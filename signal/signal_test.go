@@ -724,7 +724,8 @@ func TestEndRacingRegistrationsKeepsNone(t *testing.T) {
 // A registration racing a loss is fired, whichever side takes the registry:
 // once both calls have returned, a context made by the registration is
 // cancelled with the loss, a merged signal is lost with it, an AfterLoss
-// callback runs, and the lost signal keeps nothing.
+// callback runs, and the lost signal keeps nothing; and a registration made
+// before the race is fired by the time Lose returns, whoever took it.
 func TestLoseRacingRegistrationsFiresAll(t *testing.T) {
 	req, cancelReq := context.WithCancel(context.Background())
 	defer cancelReq()
@@ -768,21 +769,43 @@ func TestLoseRacingRegistrationsFiresAll(t *testing.T) {
 			}
 		}},
 	}
-	for _, r := range registrations {
-		t.Run(r.name, func(t *testing.T) {
-			for i := range 10000 {
-				c := controller.New("orders")
-				sig := c.Signal()
-				var fired func() error
-				race(func() { fired = r.register(sig) }, func() { c.Lose(errRefused) })
-				if err := fired(); err != nil {
-					t.Fatalf("trial %d: %v", i, err)
-				}
-				if signal.KeepsRegistry(sig) {
-					t.Fatalf("trial %d: a lost signal keeps its registry", i)
-				}
+	// With an earlier registration, the racing one goes into a registry
+	// that was there before; the Lose must still fire the earlier one
+	// before it returns.
+	for _, earlier := range []bool{false, true} {
+		for _, r := range registrations {
+			name := r.name
+			if earlier {
+				name += " after an earlier context"
 			}
-		})
+			t.Run(name, func(t *testing.T) {
+				for i := range 10000 {
+					c := controller.New("orders")
+					sig := c.Signal()
+					var first context.Context
+					if earlier {
+						first, _ = sig.Context(req)
+					}
+					var fired func() error
+					var firstAtReturn error
+					race(func() { fired = r.register(sig) }, func() {
+						c.Lose(errRefused)
+						if first != nil {
+							firstAtReturn = contextFired(first)
+						}
+					})
+					if firstAtReturn != nil {
+						t.Fatalf("trial %d: the earlier context when Lose returned: %v", i, firstAtReturn)
+					}
+					if err := fired(); err != nil {
+						t.Fatalf("trial %d: %v", i, err)
+					}
+					if signal.KeepsRegistry(sig) {
+						t.Fatalf("trial %d: a lost signal keeps its registry", i)
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -97,9 +97,10 @@ func (w *waiter) unlink() {
 }
 
 // detach clears w's links and what it would call, and returns them. Lose and
-// End, or a registration that found the lease ended (unlockRegistered), call
-// it without the mutex, on waiters taken off a lease that is no longer live:
-// a concurrent stop sees the state and leaves them alone.
+// End, or a registration that found the lease no longer live
+// (unlockRegistered), call it without the mutex, on waiters taken off a lease
+// that is no longer live: a concurrent stop sees the state and leaves them
+// alone.
 func (w *waiter) detach() (next *waiter, f func(), lose func(*lost.Error)) {
 	next, f, lose = w.next, w.f, w.lose
 	w.prev, w.next, w.f, w.lose = nil, nil, nil, nil
@@ -229,11 +230,15 @@ func (l *Lease) Lose(cause error) bool { return l.lose(cause) }
 // Between the compare-and-swap and the close there is nothing to wait for.
 //
 // What is registered is taken off afterwards, under the mutex, if there is
-// anything. A registration racing the loss reads the state again once it is
-// in (see unlockRegistered): the state word's and the registry slot's
-// operations are sequentially consistent, so either the load of regs below
-// finds the registry, or that second look finds the lease no longer live
-// and fires what it added itself. The mutex lets only one of them take it.
+// anything, and fired before Lose returns. A registration racing the loss
+// reads the state again once it is in (see unlockRegistered). If it put its
+// entry into a registry that was there before, the load of regs below finds
+// that registry: whoever made it saw the lease live after storing it, so
+// before this call's compare-and-swap. If it made the registry, the state
+// word's and the registry slot's operations are sequentially consistent, so
+// either the load below finds the registry, or that second look finds the
+// lease no longer live; where both do, the mutex lets one take it, and a
+// registry made during the loss holds nothing but that one registration.
 func (l *Lease) lose(cause error) bool {
 	if !l.state.cas(stateLive, stateLosing) {
 		l.awaitLosing()
@@ -351,15 +356,22 @@ func (r *registry) drop() {
 
 // unlockRegistered unlocks the mutex after a registration was put in the
 // registry of a lease found live, and reports whether the registration
-// stands: false if the lease was ended meanwhile. Neither End nor Lose waits
-// for the mutex to move the state, and either may have looked for the
-// registry before it was there, so a lease no longer live has its registry
-// taken off here, as they would have: dropped after an end, fired after a
-// loss, once the loss is complete. If the loss took the registry first, it
-// fires it.
-func (l *Lease) unlockRegistered() bool {
+// stands: false if the lease was ended meanwhile. made says whether this
+// registration made the registry. Neither End nor Lose waits for the mutex
+// to move the state, and either may have looked for the registry before it
+// was there:
+//
+//   - After an end, the registry is taken off here and dropped, as End would
+//     have done.
+//   - After a loss, a registry this registration made is taken off here and,
+//     once the loss is complete, fired; it holds only this registration. A
+//     registry that was there before is left to Lose, which is sure to find
+//     it (see lose) and fires every registration in it, the earlier ones
+//     included, before it returns; taking it here would let that Lose return
+//     before they fired.
+func (l *Lease) unlockRegistered(made bool) bool {
 	s := l.state.load()
-	if s == stateLive {
+	if s == stateLive || (s != stateEnded && !made) {
 		l.mu.Unlock()
 		return true
 	}
@@ -376,15 +388,14 @@ func (l *Lease) unlockRegistered() bool {
 	return true
 }
 
-// registry returns l's registry, made if need be. It runs with the mutex
-// held, on a live lease.
-func (l *Lease) registry() *registry {
-	r := l.regs.load()
-	if r == nil {
-		r = &registry{}
+// registry returns l's registry, made if need be, and whether this call
+// made it. It runs with the mutex held, on a lease found live.
+func (l *Lease) registry() (r *registry, made bool) {
+	if r = l.regs.load(); r == nil {
+		r, made = &registry{}, true
 		l.regs.store(r)
 	}
-	return r
+	return r, made
 }
 
 // AfterLoss arranges for f to run in its own goroutine after the loss.
@@ -431,15 +442,16 @@ func (l *Lease) WithCancel(parent context.Context) (context.Context, context.Can
 	}
 }
 
-// backgroundType and todoType are the type words of context.Background()
-// and context.TODO(), as an interface holds them. Their dynamic types have
-// size zero, so every value of one of them is the same value, and a parent
-// with one of these type words is Background or TODO: comparing the word is
-// the whole comparison. Comparing the interfaces would call the runtime's
-// equality func, a cost on every WithCancel.
+// backgroundType and todoType are the first words of context.Background()
+// and context.TODO() as a context.Context holds them: the itab, one per
+// dynamic type and interface in a binary. Their dynamic types have size zero,
+// so every value of one of them is the same value, and a parent with one of
+// these words is Background or TODO: comparing the word is the whole
+// comparison. Comparing the interfaces would call the runtime's equality
+// func, a cost on every WithCancel.
 var backgroundType, todoType = typeWord(context.Background()), typeWord(context.TODO())
 
-// typeWord returns the first word of ctx, the one that names its dynamic type.
+// typeWord returns the first word of ctx, the itab that names its dynamic type.
 func typeWord(ctx context.Context) unsafe.Pointer {
 	return (*[2]unsafe.Pointer)(unsafe.Pointer(&ctx))[0]
 }
@@ -458,14 +470,14 @@ func (l *Lease) context() context.Context {
 	l.mu.Lock()
 	switch l.state.load() {
 	case stateLive:
-		r := l.registry()
+		r, made := l.registry()
 		lc := r.ctx.load()
 		if lc == nil {
 			lc = &leaseContext{}
 			lc.ctx, lc.cancel = context.WithCancelCause(context.Background())
 			r.ctx.store(lc)
 		}
-		if !l.unlockRegistered() {
+		if !l.unlockRegistered(made) {
 			return nil
 		}
 		return lc.ctx
@@ -488,11 +500,11 @@ func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (int
 		l.mu.Unlock()
 		return 0, false
 	}
-	r := l.registry()
+	r, made := l.registry()
 	r.sweepCtxs()
 	r.ctxs = append(r.ctxs, ctxEntry{ctx, cancel})
 	i := len(r.ctxs) - 1 // read under the mutex, before unlockRegistered lets go of it
-	return i, l.unlockRegistered()
+	return i, l.unlockRegistered(made)
 }
 
 // sweepCtxs looks at the next two entries of r.ctxs and drops those whose
@@ -552,14 +564,14 @@ func (l *Lease) add(w *waiter) bool {
 		l.mu.Unlock()
 		return false
 	}
-	r := l.registry()
+	r, made := l.registry()
 	w.linked = true
 	w.next = r.waiters
 	if w.next != nil {
 		w.next.prev = w
 	}
 	r.waiters = w
-	return l.unlockRegistered()
+	return l.unlockRegistered(made)
 }
 
 // stop unlinks w and reports whether this call kept it from firing.

@@ -59,8 +59,9 @@ func (l *Lease) casDone(c chan struct{}) bool {
 }
 
 // registrySlot holds a lease's registry. It is written only with the Lease's
-// mutex held; Context reads it without the mutex to find the lease's own
-// context, so it is an atomic pointer.
+// mutex held; Lose and End read it without the mutex to learn whether there
+// is anything to take off, and Context to find the lease's own context, so it
+// is an atomic pointer.
 type registrySlot struct{ p atomic.Pointer[registry] }
 
 func (s *registrySlot) load() *registry   { return s.p.Load() }
