@@ -92,7 +92,8 @@ func (s *Signal) Done() <-chan struct{} { return s.l.Done() }
 //
 // Calling the returned stop func stops the association of s with f. It
 // returns true if the call stopped f from being run, and false if f has
-// already been started or the lease was released. stop does not wait for f
+// been started or is about to be (the lease is lost), or the lease was
+// released. stop does not wait for f
 // to complete. Calling stop again returns false.
 //
 // AfterLoss panics if f is nil.
@@ -108,7 +109,8 @@ func (s *Signal) AfterLoss(f func()) (stop func() bool) {
 // is [context.Canceled] and [context.Cause] returns the *lost.Error. A
 // release, or a loss the issuer reports after the release, never cancels it.
 // The context is cancelled just after Err and Done show the loss, before the
-// issuer's Lose returns.
+// issuer's Lose returns, or, for a Context call that races the loss, before
+// that call returns.
 //
 // Context is how a holder gives its lease to every call that takes a
 // context: a request made with it is cut when the lease is lost.

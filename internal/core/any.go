@@ -86,7 +86,7 @@ func (m *merged) release() {
 }
 
 // unregister takes m's waiters off the sources that are still live. A
-// source that is lost or ended has already dropped them.
+// source that is lost or ended has taken them off with its registry, or will.
 func (m *merged) unregister() {
 	for i := range m.srcs {
 		m.srcs[i].stop()

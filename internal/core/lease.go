@@ -37,7 +37,7 @@ type Lease struct {
 	// complete. For a lease made by Any, the cause is a fromSource.
 	err  lost.Error
 	done unsafe.Pointer // the Done channel once made; see Done
-	regs registrySlot   // what is registered on a live lease; nil until the first registration
+	regs registrySlot   // what is registered, until the loss or the end takes it off; nil until the first registration
 }
 
 // noCopy makes go vet's copylocks check report a copied Lease.
@@ -234,7 +234,10 @@ func (l *Lease) Lose(cause error) bool { return l.lose(cause) }
 // reads the state again once it is in (see unlockRegistered). If it put its
 // entry into a registry that was there before, the load of regs below finds
 // that registry: whoever made it saw the lease live after storing it, so
-// before this call's compare-and-swap. If it made the registry, the state
+// before this call's compare-and-swap, and nothing clears regs while the
+// lease is live; after that only this call can, or a registration that made
+// a registry of its own, which it cannot while one is there. If it made the
+// registry, the state
 // word's and the registry slot's operations are sequentially consistent, so
 // either the load below finds the registry, or that second look finds the
 // lease no longer live; where both do, the mutex lets one take it, and a
@@ -364,7 +367,7 @@ func (r *registry) drop() {
 //   - After an end, the registry is taken off here and dropped, as End would
 //     have done.
 //   - After a loss, a registry this registration made is taken off here and,
-//     once the loss is complete, fired; it holds only this registration. A
+//     once Done is closed, fired; it holds only this registration. A
 //     registry that was there before is left to Lose, which is sure to find
 //     it (see lose) and fires every registration in it, the earlier ones
 //     included, before it returns; taking it here would let that Lose return
@@ -382,9 +385,7 @@ func (l *Lease) unlockRegistered(made bool) bool {
 		r.drop()
 		return false
 	}
-	if err := l.awaitLoss(); r != nil {
-		r.fire(err)
-	}
+	r.fire(l.awaitLoss()) // this call made r and has held the mutex since
 	return true
 }
 
