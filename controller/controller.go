@@ -89,8 +89,15 @@ func (c *Controller) Subject() string { return c.lease().Subject() }
 // after the other, so for a moment a holder may see its signal lost while a
 // context made from it is not yet cancelled. Lose returns only once every
 // one of them is cancelled or lost and every AfterLoss callback is started;
-// it never waits for the callbacks themselves. A Lose that returns false may
-// return before the winning Lose has got that far.
+// it never waits for the callbacks themselves. (A context, merged signal or
+// callback registered while the loss is under way may be handled instead by
+// the call that registers it, before that call returns.) A Lose that returns
+// false finds the loss complete in Err and Done, but may return before the
+// winning Lose has cancelled and started all that.
+//
+// Lose takes no lock before Err and Done show the loss, so nothing a holder
+// does with its signal meanwhile (registering a callback or a context,
+// stopping or cancelling one) delays it.
 func (c *Controller) Lose(cause error) bool { return c.lease().Lose(cause) }
 
 // End records that the holder released the lease. It never loses the signal:
