@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 // TestSetCause fails if errorFields stops matching lost.Error field for
@@ -32,4 +33,32 @@ func TestMergedOnlyByAny(t *testing.T) {
 	if !m.isMerged() {
 		t.Error("Any(...).isMerged() = false, want true")
 	}
+}
+
+// TestLoseTakesNoLockBeforeDone: while the mutex is held, as a holder's
+// registration or stop holds it, a Lose still closes Done and Err shows the
+// loss; it takes the mutex only afterwards, to fire what is registered.
+func TestLoseTakesNoLockBeforeDone(t *testing.T) {
+	l := New("orders")
+	ran := make(chan struct{})
+	l.AfterLoss(func() { close(ran) })
+	cause := errors.New("the coordinator refused the claim")
+
+	l.mu.Lock()
+	returned := make(chan bool)
+	go func() { returned <- l.Lose(cause) }()
+	select {
+	case <-l.Done():
+	case <-time.After(time.Minute):
+		l.mu.Unlock()
+		t.Fatal("Done not closed while the mutex was held: Lose waits for the mutex")
+	}
+	if err := l.Err(); err == nil || !errors.Is(err, cause) {
+		t.Errorf("Err() with the mutex held = %v, want the loss", err)
+	}
+	l.mu.Unlock()
+	if !<-returned {
+		t.Error("Lose() = false, want true")
+	}
+	<-ran
 }
