@@ -231,17 +231,19 @@ func (l *Lease) Lose(cause error) bool { return l.lose(cause) }
 //
 // What is registered is taken off afterwards, under the mutex, if there is
 // anything, and fired before Lose returns. A registration racing the loss
-// reads the state again once it is in (see unlockRegistered). If it put its
-// entry into a registry that was there before, the load of regs below finds
-// that registry: whoever made it saw the lease live after storing it, so
-// before this call's compare-and-swap, and nothing clears regs while the
-// lease is live; after that only this call can, or a registration that made
-// a registry of its own, which it cannot while one is there. If it made the
-// registry, the state
-// word's and the registry slot's operations are sequentially consistent, so
-// either the load below finds the registry, or that second look finds the
-// lease no longer live; where both do, the mutex lets one take it, and a
-// registry made during the loss holds nothing but that one registration.
+// reads the state again once it is in (see unlockRegistered):
+//
+//   - If it put its entry into a registry that was there before, the load of
+//     regs below finds that registry: whoever made it saw the lease live
+//     after storing it, so before this call's compare-and-swap, and nothing
+//     clears regs while the lease is live; after that, only this call can,
+//     or a registration that made a registry of its own, which it cannot
+//     while one is there.
+//   - If it made the registry, the state word's and the registry slot's
+//     operations are sequentially consistent, so either the load below finds
+//     the registry, or that second look finds the lease no longer live;
+//     where both do, the mutex lets one take it. A registry made during the
+//     loss holds nothing but that one registration.
 func (l *Lease) lose(cause error) bool {
 	if !l.state.cas(stateLive, stateLosing) {
 		l.awaitLosing()
