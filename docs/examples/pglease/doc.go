@@ -23,6 +23,12 @@
 // the holder inside a lost.Error: errors.Is(sig.Err(), pglease.ErrTerminated)
 // tells which.
 //
+// Lock refuses a standby in recovery ([ErrStandby]): a standby grants advisory
+// locks of its own, which know nothing of the primary's. After a failover,
+// the promoted standby holds none of the old primary's locks, so a holder on
+// an old primary that still runs is never told; see the README's failover
+// section.
+//
 // A signal warns the holder; it does not stop a write already on its way.
 // The lock has no token of its own: [Config.Fence] takes one at the grant, in
 // the lease's session, and [Lease.Token] says how a write checks it.

@@ -33,3 +33,10 @@ var (
 	// the server may soon free its lock without telling it.
 	ErrUnresponsive = errors.New("pglease: session stopped answering")
 )
+
+// ErrStandby is returned by Lock, wrapped, when the connection is to a
+// standby in recovery. A standby grants advisory locks of its own, in its
+// own memory, which know nothing of those held on the primary or on another
+// standby: a lease taken there could be held while another holder has the
+// same lock on the primary. Lock on the primary.
+var ErrStandby = errors.New("pglease: the server is a standby in recovery, whose advisory locks are not the primary's")

@@ -248,15 +248,21 @@ func prepare(ctx context.Context, conn *pgx.Conn, c Config, key int64) ([]string
 		dest = append(dest, &saved[i])
 	}
 	id := lockID{key: key}
-	dest = append(dest, &id.system, &id.db)
-	cols := make([]string, 0, len(settings)+2)
+	var standby bool
+	dest = append(dest, &id.system, &id.db, &standby)
+	cols := make([]string, 0, len(settings)+3)
 	for _, name := range settings {
 		cols = append(cols, fmt.Sprintf("current_setting('%s')", name))
 	}
 	cols = append(cols, "(select system_identifier::text from pg_control_system())",
-		"(select oid from pg_database where datname = current_database())")
+		"(select oid from pg_database where datname = current_database())", "pg_is_in_recovery()")
 	if err := conn.QueryRow(ctx, "select "+strings.Join(cols, ", ")).Scan(dest...); err != nil {
 		return nil, id, fmt.Errorf("read the session's settings: %w", err)
+	}
+	if standby {
+		// A standby grants advisory locks of its own, which know nothing
+		// of the primary's: a lease there could overlap one on the primary.
+		return nil, id, ErrStandby
 	}
 	args := make([]any, 0, len(settings))
 	for _, v := range c.values() {

@@ -90,19 +90,69 @@ func Start() (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgtest: initdb: %w: %s", err, out)
 	}
+	if err := s.startOnFreePort(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// startOnFreePort starts the server on a free loopback port, trying another
+// if the one found was taken meanwhile.
+func (s *Server) startOnFreePort() error {
 	for try := 0; ; try++ {
-		s.port, err = freePort()
+		port, err := freePort()
 		if err == nil {
+			s.port = port
 			err = s.Restart()
 		}
-		if err == nil {
-			return s, nil
-		}
-		if try == 2 {
-			os.RemoveAll(dir)
-			return nil, err
+		if err == nil || try == 2 {
+			return err
 		}
 	}
+}
+
+// StartStandby makes a streaming standby of s in a temporary folder of its
+// own, with pg_basebackup -R (which writes the settings that make the copy
+// follow s), starts it on a free loopback port and returns once it accepts
+// connections: a hot standby serves reads. Advisory locks live in a server's
+// memory and are not copied or replicated; tables are. The caller must
+// Close the standby.
+func (s *Server) StartStandby() (*Server, error) {
+	if _, err := os.Stat(filepath.Join(bin(), "pg_basebackup")); err != nil {
+		return nil, fmt.Errorf("pgtest: pg_basebackup not found in %s (set PGBIN to the folder that has it): install the Debian package postgresql (apt-get install postgresql): %w", bin(), err)
+	}
+	dir, err := os.MkdirTemp("", "pgtest-standby-")
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	st := &Server{dir: dir, cred: s.cred}
+	if st.cred != nil {
+		if err := os.Chown(dir, int(st.cred.Uid), int(st.cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
+	}
+	if out, err := st.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres",
+		"-D", st.data(), "-R", "-X", "stream", "--no-sync").CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgtest: pg_basebackup: %w: %s", err, out)
+	}
+	if err := st.startOnFreePort(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return st, nil
+}
+
+// Promote ends a standby's recovery with pg_ctl promote and returns once it
+// takes writes: the failover of an operator, or of a tool that does it.
+func (s *Server) Promote() error {
+	out, err := s.command("pg_ctl", "promote", "-D", s.data(), "-w", "-t", "30").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgtest: pg_ctl promote: %w: %s", err, out)
+	}
+	return nil
 }
 
 // credential returns the user the server must run as, nil for this
