@@ -44,6 +44,7 @@ var (
 	fSameProc  = faulttrial.Fault{Name: "pg_terminate_backend, B a lease of the same process", Want: faulttrial.NoOverlap}
 	fFast      = faulttrial.Fault{Name: "fast shutdown (pg_ctl stop -m fast), restart, B locks", Want: faulttrial.NoOverlap}
 	fImmediate = faulttrial.Fault{Name: "immediate shutdown (pg_ctl stop -m immediate), restart, B locks", Want: faulttrial.NoOverlap}
+	fFailover  = faulttrial.Fault{Name: "failover: the primary stopped (fast), its streaming standby promoted, B locks there", Want: faulttrial.NoOverlap}
 	fCut       = faulttrial.Fault{Name: "A's connection cut at the proxy", Want: faulttrial.Raced}
 	fSilent    = faulttrial.Fault{Name: "network silent both ways at the proxy", Want: faulttrial.NoOverlap}
 	fDeaf      = faulttrial.Fault{Name: "server's replies dropped at the proxy", Want: faulttrial.LossNeeded}
@@ -180,6 +181,11 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
+	t.Run("failover", func(t *testing.T) {
+		for i := range trials(30, 2) {
+			add(fFailover, failoverTrial(t, fmt.Sprintf("failover-%d", i)))
+		}
+	})
 
 	book.Check(t)
 	goals := goalTable(t, detections)
@@ -447,6 +453,51 @@ func sameProcessTrial(t *testing.T, admin *pgx.Conn, subject string) faulttrial.
 			tr.Overlap = min(tr.Overlap, 0)
 		}
 	}
+	return tr
+}
+
+// failoverTrial starts a primary and a streaming standby of its own, has A
+// lock on the primary, then fails over in the safe order: the primary is
+// stopped (fast), the standby promoted, and B locks there, which it can at
+// once, since a standby holds none of the primary's advisory locks.
+func failoverTrial(t *testing.T, subject string) faulttrial.Trial {
+	t.Helper()
+	primary, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer primary.Close()
+	standby, err := primary.StartStandby()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer standby.Close()
+	aConn := dial(t, primary, primary.Addr())
+	defer aConn.Close(context.Background())
+	a := lock(t, fast, aConn, subject)
+	stamp := faulttrial.StampWhen(a.Signal().Done())
+	at := time.Now() // the failover begins: pg_ctl stop starts
+	if err := primary.Stop("fast"); err != nil {
+		t.Fatal(err)
+	}
+	seenAt := seen(a.Signal().Done(), waitTimeout)
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	bConn := dial(t, standby, standby.Addr())
+	defer bConn.Close(context.Background())
+	_, err = bConn.Exec(context.Background(), "select pg_advisory_lock($1::bigint)", a.Key())
+	grantAt := time.Now()
+	doneAt, lost := closedAt(stamp, seenAt)
+	tr := faulttrial.Trial{Lost: lost, Granted: err == nil}
+	if lost {
+		aErr := a.Signal().Err()
+		tr.Detection, tr.Cause, tr.Overlap = doneAt.Sub(at), aErr.Error(), doneAt.Sub(grantAt)
+		if !errors.Is(aErr, pglease.ErrTerminated) {
+			t.Errorf("A's Err() = %v, want ErrTerminated", aErr)
+		}
+	}
+	a.Unlock(context.Background())
 	return tr
 }
 
