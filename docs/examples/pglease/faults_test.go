@@ -472,52 +472,36 @@ func failoverTrial(t *testing.T, subject string) faulttrial.Trial {
 		t.Fatal(err)
 	}
 	defer standby.Close()
-	aConn := dial(t, primary, primary.Addr())
-	defer aConn.Close(context.Background())
-	a := lock(t, fast, aConn, subject)
-	stamp := faulttrial.StampWhen(a.Signal().Done())
-	at := time.Now() // the failover begins: pg_ctl stop starts
-	if err := primary.Stop("fast"); err != nil {
-		t.Fatal(err)
-	}
-	seenAt := seen(a.Signal().Done(), waitTimeout)
-	if err := standby.Promote(); err != nil {
-		t.Fatal(err)
-	}
-	bConn := dial(t, standby, standby.Addr())
-	defer bConn.Close(context.Background())
-	_, err = bConn.Exec(context.Background(), "select pg_advisory_lock($1::bigint)", a.Key())
-	grantAt := time.Now()
-	doneAt, lost := closedAt(stamp, seenAt)
-	tr := faulttrial.Trial{Lost: lost, Granted: err == nil}
-	if lost {
-		aErr := a.Signal().Err()
-		tr.Detection, tr.Cause, tr.Overlap = doneAt.Sub(at), aErr.Error(), doneAt.Sub(grantAt)
-		if !errors.Is(aErr, pglease.ErrTerminated) {
-			t.Errorf("A's Err() = %v, want ErrTerminated", aErr)
-		}
-	}
-	a.Unlock(context.Background())
-	return tr
+	stop := func() error { return primary.Stop("fast") }
+	return stopTrial(t, primary, stop, standby, standby.Promote, subject, []error{pglease.ErrTerminated})
 }
 
 // shutdownTrial stops s with pg_ctl stop -m mode while A holds a lease, then
 // starts it again and has B take the lock.
 func shutdownTrial(t *testing.T, s *pgtest.Server, mode, subject string, causes []error) faulttrial.Trial {
 	t.Helper()
-	aConn := dial(t, s, s.Addr())
+	stop := func() error { return s.Stop(mode) }
+	return stopTrial(t, s, stop, s, s.Restart, subject, causes)
+}
+
+// stopTrial has A lock on from, then runs stop, the fault, from the moment
+// it starts, and up, which readies to, where B then takes the lock with a
+// plain pg_advisory_lock. A's cause must be one of causes.
+func stopTrial(t *testing.T, from *pgtest.Server, stop func() error, to *pgtest.Server, up func() error, subject string, causes []error) faulttrial.Trial {
+	t.Helper()
+	aConn := dial(t, from, from.Addr())
 	defer aConn.Close(context.Background())
 	a := lock(t, fast, aConn, subject)
 	stamp := faulttrial.StampWhen(a.Signal().Done())
-	at := time.Now() // the shutdown begins: pg_ctl starts
-	if err := s.Stop(mode); err != nil {
+	at := time.Now() // the fault begins: pg_ctl starts
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	seenAt := seen(a.Signal().Done(), waitTimeout)
-	if err := s.Restart(); err != nil {
+	if err := up(); err != nil {
 		t.Fatal(err)
 	}
-	bConn := dial(t, s, s.Addr())
+	bConn := dial(t, to, to.Addr())
 	defer bConn.Close(context.Background())
 	_, err := bConn.Exec(context.Background(), "select pg_advisory_lock($1::bigint)", a.Key())
 	grantAt := time.Now()

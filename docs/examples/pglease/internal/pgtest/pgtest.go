@@ -74,17 +74,11 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "pgtest-")
+	s, err := newServer("pgtest-", cred)
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %w", err)
+		return nil, err
 	}
-	s := &Server{dir: dir, cred: cred}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("pgtest: %w", err)
-		}
-	}
+	dir := s.dir
 	if out, err := s.command("initdb", "-D", s.data(), "-U", "postgres", "-A", "trust",
 		"--locale=C", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
@@ -95,6 +89,22 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newServer returns a Server, not started, with a new temporary folder
+// named from pattern that the server's user owns.
+func newServer(pattern string, cred *syscall.Credential) (*Server, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
+	}
+	return &Server{dir: dir, cred: cred}, nil
 }
 
 // startOnFreePort starts the server on a free loopback port, trying another
@@ -122,17 +132,11 @@ func (s *Server) StartStandby() (*Server, error) {
 	if _, err := os.Stat(filepath.Join(bin(), "pg_basebackup")); err != nil {
 		return nil, fmt.Errorf("pgtest: pg_basebackup not found in %s (set PGBIN to the folder that has it): install the Debian package postgresql (apt-get install postgresql): %w", bin(), err)
 	}
-	dir, err := os.MkdirTemp("", "pgtest-standby-")
+	st, err := newServer("pgtest-standby-", s.cred)
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %w", err)
+		return nil, err
 	}
-	st := &Server{dir: dir, cred: s.cred}
-	if st.cred != nil {
-		if err := os.Chown(dir, int(st.cred.Uid), int(st.cred.Gid)); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("pgtest: %w", err)
-		}
-	}
+	dir := st.dir
 	if out, err := st.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres",
 		"-D", st.data(), "-R", "-X", "stream", "--no-sync").CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
