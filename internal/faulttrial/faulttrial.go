@@ -7,6 +7,12 @@
 // The overlap is the time A's Done closed minus the time B was granted: a
 // positive overlap is a time when two holders each believed they held the
 // lease, which an issuer must never allow.
+//
+// A book may also keep a peer's figures beside A's: A′, a holder of the
+// tool users have without the issuer (etcd's own Session, client-go's
+// LeaderElector), run in the same trial through the same fault, with a
+// waiting holder B′ of its own. The table sets them in columns beside A's;
+// they are measured, never checked.
 package faulttrial
 
 import (
@@ -71,7 +77,29 @@ type Trial struct {
 	Overlap   time.Duration // A's Done minus B's grant, when Lost and Granted
 	Detection time.Duration // from the fault to A's Done, when Lost
 	Cause     string        // A's error, when Lost
+
+	// Peer is what A′ showed in the same run, when the book has a peer
+	// (see [Book.Peer]); nil otherwise.
+	Peer *Peer
 }
+
+// A Peer is what A′ showed in one trial: the book's peer, run beside A
+// through the same fault, with its own waiting holder B′. Its figures are
+// measured, never checked: an A′ still live after B′'s grant is what the
+// table shows, not a violation.
+type Peer struct {
+	Lost      bool          // A′ was told it lost its claim
+	Granted   bool          // B′ was granted
+	Overlap   time.Duration // A′'s loss minus B′'s grant, when Lost and Granted
+	Detection time.Duration // from the fault to A′'s loss, when Lost
+	// Unrecorded, if not "", says why A′'s figures could not be recorded:
+	// Check reports the trial.
+	Unrecorded string
+}
+
+// late reports whether A′ was still live after B′ was granted: lost after
+// the grant, or not lost by the end of the trial.
+func (p *Peer) late() bool { return p.Granted && (!p.Lost || p.Overlap > 0) }
 
 // falseLoss reports whether A was lost while nobody else was granted.
 func (t Trial) falseLoss() bool { return t.Lost && !t.Granted }
@@ -93,19 +121,44 @@ func (t Trial) violation(want Want) string {
 	return ""
 }
 
-// A Book records trials. Its zero value is an empty book ready to use; it
-// is safe for concurrent use.
+// peerViolation says why t lacks the figures of the peer named peer, or ""
+// if it has them or the book has no peer.
+func (t Trial) peerViolation(peer string) string {
+	switch {
+	case peer == "":
+		return ""
+	case t.Peer == nil:
+		return "A′'s figures were not recorded"
+	case t.Peer.Unrecorded != "":
+		return "A′'s figures were not recorded: " + t.Peer.Unrecorded
+	}
+	return ""
+}
+
+// A Book records trials. Its zero value is an empty book without a peer,
+// ready to use; it is safe for concurrent use.
 type Book struct {
+	// Peer, if not "", says what A′ is, for the line under the table: a
+	// phrase such as "etcd's concurrency.Mutex on a concurrency.Session of
+	// the same TTL". Every trial must then carry A′'s figures
+	// ([Trial.Peer]): Check reports one that does not, and Table adds A′'s
+	// columns. Set it before the first Add.
+	Peer string
+
 	mu     sync.Mutex
 	faults []Fault // in the order first added
 	trials map[string][]Trial
 }
 
 // Add records one trial of f. A fault's name names one row; adding it
-// again with another Want panics.
+// again with another Want panics, and so does adding a trial with a peer's
+// figures to a book without a Peer.
 func (b *Book) Add(f Fault, t Trial) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.Peer == "" && t.Peer != nil {
+		panic(fmt.Sprintf("faulttrial: Add called for %q with a peer's figures on a Book without a Peer", f.Name))
+	}
 	if b.trials == nil {
 		b.trials = make(map[string][]Trial)
 	}
@@ -120,33 +173,44 @@ func (b *Book) Add(f Fault, t Trial) {
 }
 
 // Check reports, through t.Errorf, every trial that does not show what its
-// fault must.
+// fault must, and, in a book with a peer, every trial without A′'s figures.
 func (b *Book) Check(t testing.TB) {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, f := range b.faults {
 		for i, tr := range b.trials[f.Name] {
-			if v := tr.violation(f.Want); v != "" {
-				t.Errorf("%s, trial %d of %d: %s", f.Name, i+1, len(b.trials[f.Name]), v)
+			for _, v := range []string{tr.violation(f.Want), tr.peerViolation(b.Peer)} {
+				if v != "" {
+					t.Errorf("%s, trial %d of %d: %s", f.Name, i+1, len(b.trials[f.Name]), v)
+				}
 			}
 		}
 	}
 }
 
 // Table returns the book as a Markdown table, one row a fault, followed by
-// the machine and the command that made it.
+// the machine and the command that made it. In a book with a peer, each of
+// A's overlap and detection columns has A′'s beside it, and a line under
+// the table says in how many trials A′ was still live after B′'s grant.
 func (b *Book) Table(command string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var w bytes.Buffer
-	w.WriteString("| fault | must hold | trials | A lost | B granted | overlap, max | overlap, median | detection, median | false losses | violations | A's cause (first trial lost) |\n")
-	w.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	if b.Peer == "" {
+		w.WriteString("| fault | must hold | trials | A lost | B granted | overlap, max | overlap, median | detection, median | false losses | violations | A's cause (first trial lost) |\n")
+		w.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	} else {
+		w.WriteString("| fault | must hold | trials | A lost | B granted | A′ lost | B′ granted | A overlap, max | A′ overlap, max | A overlap, median | A′ overlap, median | A detection, median | A′ detection, median | A′ live after B′'s grant | A's false losses | violations | A's cause (first trial lost) |\n")
+		w.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	}
 	var races []string
+	var peer peerSum
 	for _, f := range b.faults {
 		trials := b.trials[f.Name]
 		var lost, granted, falseLosses, violations int
 		var overlaps, detections []time.Duration
+		var p peerSum
 		cause := ""
 		for _, t := range trials {
 			if t.Lost {
@@ -165,14 +229,24 @@ func (b *Book) Table(command string) string {
 			if t.falseLoss() {
 				falseLosses++
 			}
-			if t.violation(f.Want) != "" {
+			if t.violation(f.Want) != "" || t.peerViolation(b.Peer) != "" {
 				violations++
 			}
+			p.add(t.Peer)
 		}
-		fmt.Fprintf(&w, "| %s | %s | %d | %d | %d | %s | %s | %s | %d | %d | %s |\n",
-			f.Name, f.Want, len(trials), lost, granted,
-			maxOf(overlaps), median(overlaps), median(detections),
-			falseLosses, violations, cell(cause))
+		if b.Peer == "" {
+			fmt.Fprintf(&w, "| %s | %s | %d | %d | %d | %s | %s | %s | %d | %d | %s |\n",
+				f.Name, f.Want, len(trials), lost, granted,
+				maxOf(overlaps), median(overlaps), median(detections),
+				falseLosses, violations, cell(cause))
+		} else {
+			fmt.Fprintf(&w, "| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %d | %d | %d | %s |\n",
+				f.Name, f.Want, len(trials), lost, granted, p.lost, p.granted,
+				maxOf(overlaps), maxOf(p.overlaps), median(overlaps), median(p.overlaps),
+				median(detections), median(p.detections), p.late(),
+				falseLosses, violations, cell(cause))
+			peer.merge(p)
+		}
 		if f.Want == Raced {
 			races = append(races, raceLine(f.Name, overlaps))
 		}
@@ -180,8 +254,76 @@ func (b *Book) Table(command string) string {
 	for _, r := range races {
 		w.WriteString("\n" + r + "\n")
 	}
+	if b.Peer != "" {
+		w.WriteString("\n" + peer.line(b.Peer) + "\n")
+	}
 	fmt.Fprintf(&w, "\nMachine: %s. Command: `%s`, %s.\n", Machine(), command, time.Now().UTC().Format("2006-01-02"))
 	return w.String()
+}
+
+// peerSum sums up A′'s figures over trials.
+type peerSum struct {
+	recorded, lost, granted int
+	overlaps, detections    []time.Duration
+	lateLost, neverLost     int           // trials A′ was live after B′'s grant: lost after it, never lost
+	lateMost                time.Duration // the largest overlap of lateLost
+}
+
+func (s *peerSum) add(p *Peer) {
+	if p == nil || p.Unrecorded != "" {
+		return
+	}
+	s.recorded++
+	if p.Lost {
+		s.lost++
+		s.detections = append(s.detections, p.Detection)
+	}
+	if p.Granted {
+		s.granted++
+		if p.Lost {
+			s.overlaps = append(s.overlaps, p.Overlap)
+		}
+	}
+	if p.late() {
+		if p.Lost {
+			s.lateLost++
+			s.lateMost = max(s.lateMost, p.Overlap)
+		} else {
+			s.neverLost++
+		}
+	}
+}
+
+func (s *peerSum) merge(o peerSum) {
+	s.recorded += o.recorded
+	s.lost += o.lost
+	s.granted += o.granted
+	s.overlaps = append(s.overlaps, o.overlaps...)
+	s.detections = append(s.detections, o.detections...)
+	s.lateLost += o.lateLost
+	s.neverLost += o.neverLost
+	s.lateMost = max(s.lateMost, o.lateMost)
+}
+
+func (s *peerSum) late() int { return s.lateLost + s.neverLost }
+
+// line says what A′ is and in how many trials it was still live after
+// B′'s grant.
+func (s *peerSum) line(peer string) string {
+	l := fmt.Sprintf("A′ is %s, run beside A in each trial through the same fault, with a waiting holder B′ of its own; "+
+		"its figures are measured, not checked. A′ was still live after B′'s grant in %d of the %d trials recorded (B′ was granted in %d)",
+		peer, s.late(), s.recorded, s.granted)
+	var parts []string
+	if s.lateLost > 0 {
+		parts = append(parts, fmt.Sprintf("lost after the grant in %d, by at most %.3f ms", s.lateLost, float64(s.lateMost)/float64(time.Millisecond)))
+	}
+	if s.neverLost > 0 {
+		parts = append(parts, fmt.Sprintf("not lost by the end of the trial in %d", s.neverLost))
+	}
+	if len(parts) > 0 {
+		l += ": " + strings.Join(parts, "; ")
+	}
+	return l + "."
 }
 
 // raceLine says in how many of a raced fault's trials A was lost after B's

@@ -106,6 +106,82 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// In a book with a peer, A′'s figures are measured, never checked, but a
+// trial without them fails.
+func TestCheckPeer(t *testing.T) {
+	const s = time.Second
+	aFirst := faulttrial.Trial{Lost: true, Granted: true, Overlap: -s / 2, Detection: s}
+	with := func(tr faulttrial.Trial, p *faulttrial.Peer) faulttrial.Trial {
+		tr.Peer = p
+		return tr
+	}
+	cases := []struct {
+		name  string
+		trial faulttrial.Trial
+		fails bool
+	}{
+		{"A′ lost before B′'s grant", with(aFirst, &faulttrial.Peer{Lost: true, Granted: true, Overlap: -s, Detection: s}), false},
+		{"A′ lost after B′'s grant", with(aFirst, &faulttrial.Peer{Lost: true, Granted: true, Overlap: 2 * s, Detection: 3 * s}), false},
+		{"A′ never lost, B′ granted", with(aFirst, &faulttrial.Peer{Granted: true}), false},
+		{"A′ never lost, B′ not granted", with(aFirst, &faulttrial.Peer{}), false},
+		{"A′'s figures missing", aFirst, true},
+		{"A′'s figures unrecorded", with(aFirst, &faulttrial.Peer{Unrecorded: "B′'s Lock failed"}), true},
+		{"A late, A′ on time", with(faulttrial.Trial{Lost: true, Granted: true, Overlap: s}, &faulttrial.Peer{Lost: true, Granted: true, Overlap: -s}), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := faulttrial.Book{Peer: "a peer"}
+			b.Add(faulttrial.Fault{Name: "f", Want: faulttrial.NoOverlap}, tc.trial)
+			r := &recorder{TB: t}
+			b.Check(r)
+			if got := len(r.errors) > 0; got != tc.fails {
+				t.Errorf("Check reported %d errors for %+v; want a failure: %v", len(r.errors), tc.trial, tc.fails)
+			}
+		})
+	}
+}
+
+func TestTablePeer(t *testing.T) {
+	b := faulttrial.Book{Peer: "etcd's Session"}
+	silent := faulttrial.Fault{Name: "silent", Want: faulttrial.NoOverlap}
+	for _, o := range []struct{ a, p time.Duration }{{-300, 400}, {-100, -200}, {-200, 100}} {
+		b.Add(silent, faulttrial.Trial{Lost: true, Granted: true, Overlap: o.a * time.Millisecond, Detection: time.Second, Cause: "lost",
+			Peer: &faulttrial.Peer{Lost: true, Granted: true, Overlap: o.p * time.Millisecond, Detection: 2 * time.Second}})
+	}
+	deleted := faulttrial.Fault{Name: "deleted", Want: faulttrial.Raced}
+	b.Add(deleted, faulttrial.Trial{Lost: true, Granted: true, Overlap: -time.Millisecond, Detection: time.Millisecond, Cause: "deleted",
+		Peer: &faulttrial.Peer{Granted: true}})
+	b.Add(deleted, faulttrial.Trial{Lost: true, Granted: true, Overlap: -time.Millisecond, Detection: time.Millisecond, Cause: "deleted",
+		Peer: &faulttrial.Peer{Unrecorded: "B′'s Lock failed"}})
+	blip := faulttrial.Fault{Name: "blip", Want: faulttrial.NoLoss}
+	b.Add(blip, faulttrial.Trial{Peer: &faulttrial.Peer{}})
+	got := b.Table("make faults")
+	for _, want := range []string{
+		"| fault | must hold | trials | A lost | B granted | A′ lost | B′ granted | A overlap, max | A′ overlap, max | A overlap, median | A′ overlap, median | A detection, median | A′ detection, median | A′ live after B′'s grant | A's false losses | violations | A's cause (first trial lost) |",
+		"| silent | A lost no later than B's grant | 3 | 3 | 3 | 3 | 3 | -100 ms | +400 ms | -200 ms | +100 ms | +1000 ms | +2000 ms | 2 | 0 | 0 | lost |",
+		"| deleted | A lost; its loss races B's grant | 2 | 2 | 2 | 0 | 1 | -1 ms | – | -1 ms | – | +1 ms | – | 1 | 0 | 1 | deleted |",
+		"| blip | A not lost | 1 | 0 | 0 | 0 | 0 | – | – | – | – | – | – | 0 | 0 | 0 |  |",
+		"A′ is etcd's Session, run beside A in each trial",
+		"A′ was still live after B′'s grant in 3 of the 5 trials recorded (B′ was granted in 4): lost after the grant in 2, by at most 400.000 ms; not lost by the end of the trial in 1.",
+		"Command: `make faults`",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Table() =\n%s\nwant a line containing\n%s", got, want)
+		}
+	}
+}
+
+func TestAddPanicsOnPeerWithoutPeer(t *testing.T) {
+	var b faulttrial.Book
+	defer func() {
+		r := recover()
+		if s, _ := r.(string); !strings.HasPrefix(s, "faulttrial: Add") {
+			t.Errorf("recover() = %v, want a panic naming faulttrial: Add", r)
+		}
+	}()
+	b.Add(faulttrial.Fault{Name: "f", Want: faulttrial.NoOverlap}, faulttrial.Trial{Peer: &faulttrial.Peer{}})
+}
+
 func TestAddPanicsOnAnotherWant(t *testing.T) {
 	var b faulttrial.Book
 	b.Add(faulttrial.Fault{Name: "f", Want: faulttrial.NoLoss}, faulttrial.Trial{})
