@@ -1,0 +1,280 @@
+package k8slease_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/zukhruf/lease/docs/examples/k8slease"
+	"github.com/zukhruf/lease/docs/examples/k8slease/internal/kubetest"
+	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/lost"
+)
+
+// short is the configuration of most tests: a 2 s lease.
+var short = k8slease.Config{LeaseDuration: 2 * time.Second}
+
+func TestLockWritesClientGoRecord(t *testing.T) {
+	cs := clientset(t, shared.Config())
+	name := leaseName(t)
+	l := mustLock(t, short, cs, name, "a")
+	if err := l.Signal().Err(); err != nil {
+		t.Fatalf("Err() = %v, want nil", err)
+	}
+	cur, err := cs.CoordinationV1().Leases(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cur.Spec
+	if s.HolderIdentity == nil || *s.HolderIdentity != "a" || s.LeaseDurationSeconds == nil || *s.LeaseDurationSeconds != 2 ||
+		s.AcquireTime == nil || s.RenewTime == nil || s.LeaseTransitions == nil || *s.LeaseTransitions != 0 {
+		t.Errorf("record = %+v, want holder a, 2 s, acquire and renew times, 0 transitions", s)
+	}
+	if got := l.Signal().String(); !strings.Contains(got, ns+"/"+name) {
+		t.Errorf("Signal().String() = %q, want the subject %s/%s", got, ns, name)
+	}
+	if l.Token() <= 0 {
+		t.Errorf("Token() = %d, want a positive resourceVersion", l.Token())
+	}
+}
+
+// TestRenewalsKeepTheLease holds a 2 s lease for three lease durations:
+// without its renewals another candidate would take it over.
+func TestRenewalsKeepTheLease(t *testing.T) {
+	cs := clientset(t, shared.Config())
+	name := leaseName(t)
+	a := mustLock(t, short, cs, name, "a")
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
+	defer cancel()
+	b := lockAsync(ctx, short, clientset(t, shared.Config()), name, "b")
+	select {
+	case g := <-b:
+		if g.err == nil {
+			g.l.Unlock(context.Background())
+		}
+		t.Fatalf("B's Lock returned %v while A held and renewed the lease", g.err)
+	case <-a.Signal().Done():
+		t.Fatalf("A was lost: %v", a.Signal().Err())
+	case <-ctx.Done():
+	}
+	if g := <-b; !errors.Is(g.err, context.DeadlineExceeded) {
+		t.Errorf("B's Lock = %v, want context.DeadlineExceeded", g.err)
+	}
+	if err := a.Signal().Err(); err != nil {
+		t.Errorf("A: Err() = %v, want nil", err)
+	}
+}
+
+// TestUnlockGrantsAWaiterAtOnce uses a lease of a minute: a waiter granted
+// within the test's 30 s did not wait for the lease to expire.
+func TestUnlockGrantsAWaiterAtOnce(t *testing.T) {
+	long := k8slease.Config{LeaseDuration: time.Minute}
+	name := leaseName(t)
+	a := mustLock(t, long, clientset(t, shared.Config()), name, "a")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	b := lockAsync(ctx, long, clientset(t, shared.Config()), name, "b")
+	time.Sleep(500 * time.Millisecond) // B reads the record and waits
+	if err := a.Unlock(t.Context()); err != nil {
+		t.Fatalf("A's Unlock = %v", err)
+	}
+	g := <-b
+	if g.err != nil {
+		t.Fatalf("B's Lock = %v, want the lease within 30 s of a 60 s lease", g.err)
+	}
+	defer g.l.Unlock(context.Background())
+	if err := a.Signal().Err(); err != nil {
+		t.Errorf("A after Unlock: Err() = %v, want nil (a release is never a loss)", err)
+	}
+	if g.l.Token() <= a.Token() {
+		t.Errorf("B's token %d is not larger than A's %d", g.l.Token(), a.Token())
+	}
+	if err := a.Unlock(t.Context()); err != nil {
+		t.Errorf("A's second Unlock = %v, want the first call's nil", err)
+	}
+}
+
+func TestOperatorChangeLosesTheLease(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*coordinationv1.Lease)
+	}{
+		{"holder overwritten", func(l *coordinationv1.Lease) { s := "operator"; l.Spec.HolderIdentity = &s }},
+		// client-go's ReleaseOnCancel, run by a candidate that took its
+		// cached record for its own: no holder, a lease of one second.
+		{"released as client-go does", func(l *coordinationv1.Lease) {
+			s, one := "", int32(1)
+			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = &s, &one
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := clientset(t, shared.Config())
+			name := leaseName(t)
+			a := mustLock(t, short, cs, name, "a")
+			edit(t, cs, name, tt.change)
+			err := waitLost(t, a, time.Second) // before the next renewal could tell
+			if !isLost(err, k8slease.ErrTakenOver) {
+				t.Fatalf("Err() = %v, want ErrTakenOver", err)
+			}
+			if !strings.Contains(err.Error(), "now records") {
+				t.Errorf("Err() = %v, want it seen by the watch", err)
+			}
+			var le *lost.Error
+			if !errors.As(err, &le) || le.Subject() != ns+"/"+name {
+				t.Errorf("Err() = %v, want a *lost.Error of %s/%s", err, ns, name)
+			}
+			before := holderOf(t, cs, name)
+			if err := a.Unlock(t.Context()); err != nil {
+				t.Errorf("Unlock = %v", err)
+			}
+			if got := holderOf(t, cs, name); got != before {
+				t.Errorf("Unlock of a lost lease changed the holder from %q to %q", before, got)
+			}
+		})
+	}
+}
+
+func TestDeletionLosesTheLease(t *testing.T) {
+	cs := clientset(t, shared.Config())
+	name := leaseName(t)
+	a := mustLock(t, short, cs, name, "a")
+	if err := cs.CoordinationV1().Leases(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitLost(t, a, time.Second); !isLost(err, k8slease.ErrDeleted) {
+		t.Fatalf("Err() = %v, want ErrDeleted", err)
+	}
+}
+
+// TestTokenGrowsAcrossDeletion: leaseTransitions starts again at 0 when the
+// Lease is made anew; the token does not.
+func TestTokenGrowsAcrossDeletion(t *testing.T) {
+	cs := clientset(t, shared.Config())
+	name := leaseName(t)
+	a := mustLock(t, short, cs, name, "a")
+	b := lockAsync(t.Context(), short, clientset(t, shared.Config()), name, "b")
+	time.Sleep(200 * time.Millisecond)
+	if err := cs.CoordinationV1().Leases(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitLost(t, a, time.Second)
+	g := <-b
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	defer g.l.Unlock(context.Background())
+	cur, err := cs.CoordinationV1().Leases(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *cur.Spec.LeaseTransitions != 0 {
+		t.Errorf("leaseTransitions of the new Lease = %d, want 0", *cur.Spec.LeaseTransitions)
+	}
+	if g.l.Token() <= a.Token() {
+		t.Errorf("token after the deletion %d, want larger than %d", g.l.Token(), a.Token())
+	}
+}
+
+// TestLockCutByContextLeavesNothing cuts a waiting Lock and checks that no
+// goroutine of it is left and the Lease still names its holder.
+func TestLockCutByContextLeavesNothing(t *testing.T) {
+	cs := clientset(t, shared.Config())
+	name := leaseName(t)
+	mustLock(t, short, cs, name, "a")
+	before := goleak.IgnoreCurrent()
+	ctx, cancel := context.WithCancel(t.Context())
+	b := lockAsync(ctx, short, cs, name, "b")
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	if g := <-b; !errors.Is(g.err, context.Canceled) {
+		t.Fatalf("Lock = %v, want context.Canceled", g.err)
+	}
+	goleak.VerifyNone(t, append(kubetest.IgnoreGoroutines(), before)...)
+	if got := holderOf(t, cs, name); got != "a" {
+		t.Errorf("holder = %q, want a", got)
+	}
+}
+
+func TestLockRefusesBadArguments(t *testing.T) {
+	cs := clientset(t, shared.Config())
+	tests := []struct {
+		name                string
+		cfg                 k8slease.Config
+		ns, lease, identity string
+	}{
+		{"empty identity", short, ns, "x", ""},
+		{"empty name", short, ns, "", "a"},
+		{"empty namespace", short, "", "x", "a"},
+		{"lease under 2 s", k8slease.Config{LeaseDuration: time.Second}, ns, "x", "a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := tt.cfg.Lock(t.Context(), cs, tt.ns, tt.lease, tt.identity)
+			if err == nil || !strings.HasPrefix(err.Error(), "k8slease: lock") {
+				if l != nil {
+					l.Unlock(context.Background())
+				}
+				t.Errorf("Lock = %v, want an error that starts with \"k8slease: lock\"", err)
+			}
+		})
+	}
+	if _, err := k8slease.Lock(t.Context(), nil, ns, "x", "a"); err == nil {
+		t.Error("Lock with a nil clientset: no error")
+	}
+}
+
+// TestSilenceLosesAtTheDeadline drops every byte between A and the
+// apiserver, connections open: A is lost at its deadline, with the cause
+// naming it, before B is granted.
+func TestSilenceLosesAtTheDeadline(t *testing.T) {
+	p, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	name := leaseName(t)
+	a := mustLock(t, short, clientset(t, shared.ConfigVia(p.Addr())), name, "a")
+	b := lockAsync(t.Context(), short, clientset(t, shared.Config()), name, "b")
+	time.Sleep(300 * time.Millisecond)
+	p.Drop(faultnet.Both)
+	err = waitLost(t, a, 10*time.Second)
+	lostAt := time.Now()
+	if !isLost(err, k8slease.ErrRenewalUnconfirmed) || !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("Err() = %v, want ErrRenewalUnconfirmed naming the deadline", err)
+	}
+	g := <-b
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	defer g.l.Unlock(context.Background())
+	if !g.at.After(lostAt) {
+		t.Errorf("B was granted %v before A was lost", lostAt.Sub(g.at))
+	}
+}
+
+// TestWatchEndIsNotALoss runs an apiserver that ends every watch after one
+// to two seconds: the lease lives on through several ends, and a change of
+// its holder is still seen by the watch.
+func TestWatchEndIsNotALoss(t *testing.T) {
+	s := kubetest.Options{MinRequestTimeout: time.Second}.Start(t)
+	cs := clientset(t, s.Config())
+	name := leaseName(t)
+	a := mustLock(t, short, cs, name, "a")
+	select {
+	case <-a.Signal().Done():
+		t.Fatalf("lost while its watch ended: %v", a.Signal().Err())
+	case <-time.After(6 * time.Second):
+	}
+	edit(t, cs, name, func(l *coordinationv1.Lease) { s := "operator"; l.Spec.HolderIdentity = &s })
+	err := waitLost(t, a, time.Second)
+	if !isLost(err, k8slease.ErrTakenOver) || !strings.Contains(err.Error(), "now records") {
+		t.Fatalf("Err() = %v, want ErrTakenOver seen by the watch", err)
+	}
+}
