@@ -51,7 +51,8 @@ type Role func(c *Child) error
 //
 //	func TestMain(m *testing.M) {
 //		kubetest.ChildMain(map[string]kubetest.Role{"holder": holder})
-//		goleak.VerifyTestMain(m, kubetest.IgnoreGoroutines()...)
+//		// then start the shared Server, m.Run, goleak.Find with
+//		// IgnoreGoroutines, stop the Server, goleak.Find
 //	}
 func ChildMain(roles map[string]Role) {
 	name, ok := os.LookupEnv(roleEnv)

@@ -16,4 +16,11 @@
 // make k8s-apiserver). [StartChild] runs a role of the test binary in a
 // child process, for a holder a test pauses with SIGSTOP or a candidate in
 // another process.
+//
+// A Server runs etcd's goroutines in the test process, and client-go keeps
+// idle connections to the apiserver until the apiserver ends them: while a
+// Server runs, goleak needs the options of [IgnoreGoroutines]; once every
+// Server is stopped, it needs none. This package's TestMain checks both,
+// before and after it stops the shared Server. The first check is the one
+// that finds a watch left open, whose goroutine the stop would end.
 package kubetest

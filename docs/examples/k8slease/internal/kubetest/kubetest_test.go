@@ -30,8 +30,9 @@ const waitTimeout = 60 * time.Second
 var server *kubetest.Server
 
 // TestMain runs the role of a child process, or starts the shared server,
-// runs the tests and stops it; nothing may be left running then, in this
-// package, in client-go or in etcd, beyond what IgnoreGoroutines names.
+// runs the tests and stops it. Before the stop, nothing but what
+// IgnoreGoroutines names may be left running; after it, nothing at all, in
+// this package, in client-go or in etcd.
 func TestMain(m *testing.M) {
 	kubetest.ChildMain(map[string]kubetest.Role{"writer": writer})
 	var stop func() error
@@ -42,11 +43,17 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	// While the server runs, only its goroutines and client-go's idle
+	// connections to it may be left; once stopped, nothing.
+	if err := goleak.Find(kubetest.IgnoreGoroutines()...); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "goleak, the shared server running:", err)
+		code = 1
+	}
 	if err := stop(); err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1
 	}
-	if err := goleak.Find(kubetest.IgnoreGoroutines()...); err != nil && code == 0 {
+	if err := goleak.Find(); err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, "goleak:", err)
 		code = 1
 	}
@@ -216,6 +223,12 @@ func TestStopStart(t *testing.T) {
 		}
 	})
 
+	t.Run("goroutines after restarts", func(t *testing.T) {
+		if err := goleak.Find(kubetest.IgnoreGoroutines()...); err != nil {
+			t.Error(err)
+		}
+	})
+
 	t.Run("watch ends", func(t *testing.T) {
 		w, err := cs.CoordinationV1().Leases("default").Watch(t.Context(), metav1.ListOptions{})
 		if err != nil {
@@ -235,6 +248,21 @@ func TestStopStart(t *testing.T) {
 			}
 		}
 	})
+}
+
+// IgnoreGoroutines hides the server's goroutines, not a test's: a watch
+// left open is reported until it is stopped.
+func TestIgnoreGoroutinesKeepsWatches(t *testing.T) {
+	cs := server.Clientset()
+	w, err := cs.CoordinationV1().Leases("default").Watch(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = goleak.Find(kubetest.IgnoreGoroutines()...)
+	w.Stop()
+	if err == nil || !strings.Contains(err.Error(), "StreamWatcher") {
+		t.Errorf("goleak.Find with a watch open = %v, want the watch's goroutine", err)
+	}
 }
 
 // writer is the role of TestChild's child: it creates the Lease named by

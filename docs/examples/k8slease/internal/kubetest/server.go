@@ -91,7 +91,14 @@ func Start(t testing.TB) *Server {
 // it ahead.
 func (o Options) Start(t testing.TB) *Server {
 	t.Helper()
-	s, err := o.start(t.Logf)
+	s, err := o.start(t.Logf, func(format string, args ...any) {
+		t.Logf(format, args...)
+		if !testing.Verbose() {
+			// Without -v a test's log waits for its end: say at once why
+			// nothing happens for minutes.
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +118,7 @@ func (o Options) Start(t testing.TB) *Server {
 // its folder, once the tests are done. An error carries the end of the
 // apiserver's log.
 func (o Options) StartShared() (s *Server, stop func() error, err error) {
-	s, err = o.start(func(format string, args ...any) {
+	s, err = o.start(func(string, ...any) {}, func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
 	})
 	if err != nil {
@@ -124,15 +131,10 @@ func (o Options) StartShared() (s *Server, stop func() error, err error) {
 // [Options.StartShared].
 func StartShared() (*Server, func() error, error) { return Options{}.StartShared() }
 
-func (o Options) start(logf func(string, ...any)) (*Server, error) {
-	bin, err := kubebin.Ensure(func(format string, args ...any) {
-		logf(format, args...)
-		if !testing.Verbose() {
-			// Without -v a test's log waits for its end: say at once why
-			// nothing happens for minutes.
-			fmt.Fprintf(os.Stderr, format+"\n", args...)
-		}
-	})
+// start starts a Server; logf receives the times to ready, buildf what
+// kubebin says of a build.
+func (o Options) start(logf, buildf func(string, ...any)) (*Server, error) {
+	bin, err := kubebin.Ensure(buildf)
 	if err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
@@ -358,18 +360,19 @@ func (s *Server) RestartAPIServer() error {
 }
 
 // StopEtcd stops the etcd server under the apiserver: it stops accepting
-// connections at once, then waits for open streams, such as the
-// apiserver's watches, up to etcd's request timeout (about 7 s) before
-// cutting them. The apiserver goes on running; its requests that need
-// etcd fail.
+// connections at once, then waits for the open streams, such as the
+// apiserver's watches, up to etcd's request timeout (7 s) before cutting
+// them. The apiserver goes on running, and a request that needs etcd waits
+// until its own deadline or the apiserver's request timeout (60 s).
 func (s *Server) StopEtcd() error {
 	s.etcd.stop()
 	return nil
 }
 
 // StartEtcd starts the etcd server again after [Server.StopEtcd], on the
-// same ports and data, and returns once it serves; the apiserver
-// reconnects by itself.
+// same ports and data, and returns once it serves. The apiserver
+// reconnects by itself, after its etcd client's backoff: a few seconds
+// pass before its requests succeed again.
 func (s *Server) StartEtcd() error {
 	return s.etcd.start()
 }
