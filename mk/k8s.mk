@@ -16,3 +16,32 @@ K8S_EXAMPLE := docs/examples/k8slease
 ## and print its path.
 k8s-apiserver:
 	cd $(K8S_EXAMPLE) && $(GO) run ./internal/kubetest/cmd/k8s-apiserver
+
+.PHONY: e2e-k8s faults-k8s demo-k8s
+
+E2E_STEPS    += e2e-k8s
+FAULTS_STEPS += faults-k8s
+
+# K8S_FAULT_TRIALS is how many times faults-k8s runs each fault.
+K8S_FAULT_TRIALS ?= 30
+
+## e2e-k8s: vet the Kubernetes example and run its tests against a real
+## kube-apiserver, under the race detector: 3 trials of each fault with
+## client-go's LeaderElector beside the holder, a mixed fleet, mutual
+## exclusion of 3 holders over 100 rounds, the demo.
+e2e-k8s: k8s-apiserver
+	cd $(K8S_EXAMPLE) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./...
+
+## faults-k8s: run each fault of the Kubernetes issuer K8S_FAULT_TRIALS
+## times (30), with client-go's LeaderElector beside the holder, and the
+## mixed fleet as many times; write the table into the example's README.
+faults-k8s: k8s-apiserver
+	cd $(K8S_EXAMPLE) && $(GO) test -count=1 -timeout 60m -v -run '^(TestFaults|TestMixedFleet|TestMutualExclusion)$$' . \
+		-faults.trials=$(K8S_FAULT_TRIALS) -faults.readme=README.md -faults.command='make faults-k8s'
+
+## demo-k8s: two holders contend for one Kubernetes Lease on a real
+## kube-apiserver; an operator takes it away from the first, which is told
+## at once with the cause; the second takes over with a larger fencing
+## token; prints the timeline.
+demo-k8s: k8s-apiserver
+	cd $(K8S_EXAMPLE) && $(GO) run ./demo

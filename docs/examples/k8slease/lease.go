@@ -113,11 +113,12 @@ func (l *Lease) Signal() *signal.Signal { return l.ctrl.Signal() }
 // smaller ones refuses a holder that lost its lease, even one whose signal
 // has not told it yet.
 //
-// Kubernetes promises that resourceVersions of one resource compare as
-// integers in the order of their writes (KEP-5504, comparable resource
-// versions; k8s.io/apimachinery/pkg/util/resourceversion); it promises
-// nothing across resources, so compare a token only with tokens of Lease
-// objects of the same cluster.
+// Since Kubernetes 1.35, resourceVersions of objects of one resource type
+// compare as monotonically increasing integers (KEP-5504, comparable
+// resource versions; k8s.io/apimachinery/pkg/util/resourceversion). The
+// promise is for the type, not the object, so it holds across a deletion;
+// nothing is promised across types, so compare a token only with tokens of
+// Leases of the same cluster.
 func (l *Lease) Token() int64 { return l.token }
 
 // Unlock releases the lease: it ends the signal first, so that nothing seen
