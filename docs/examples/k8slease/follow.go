@@ -53,6 +53,7 @@ func (l *Lease) follow(ctx context.Context, rv string) {
 		if lost {
 			return
 		}
+		pauseFor(ctx, rewatchPause) // a watch that fails at once must not spin
 	}
 }
 
