@@ -29,7 +29,7 @@ type flightContext struct {
 	made     atomic.Bool // ctx and cancel are set and never change again
 	finished atomic.Bool // fn has returned
 
-	mu     sync.Mutex // guards the making of ctx, and finished against it
+	mu     sync.Mutex // guards the making of ctx
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -45,24 +45,22 @@ func (c *flightContext) get() context.Context {
 	defer c.mu.Unlock()
 	if c.ctx == nil {
 		c.ctx, c.cancel = c.sig.Context(c.parent)
-		if c.finished.Load() {
-			// Asked for by a goroutine that outlived fn.
-			c.cancel()
-		}
 		c.made.Store(true)
+		// After made, as finish reads finished before made: one of the
+		// two sees the other's store and cancels (twice does no harm).
+		if c.finished.Load() {
+			c.cancel() // asked for by a goroutine that outlived fn
+		}
 	}
 	return c.ctx
 }
 
 // finish cancels the context, if it was made, once fn has returned, so that
-// it leaves parent's children; a context made later is made cancelled.
+// it leaves parent's children; a context made later is cancelled as made.
 func (c *flightContext) finish() {
-	c.mu.Lock()
 	c.finished.Store(true)
-	cancel := c.cancel
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if c.made.Load() {
+		c.cancel()
 	}
 }
 
