@@ -120,7 +120,7 @@ type Result[V any] struct {
 // too.
 //
 // Do panics if ctx or fn is nil.
-func (g *Group[V]) Do(ctx context.Context, key string, fn func(ctx context.Context, sig *signal.Signal) (V, error)) (v V, err error, shared bool) { //lint:ignore ST1008 the order of x/sync's Do, so that a caller switches without reordering
+func (g *Group[V]) Do(ctx context.Context, key string, fn func(ctx context.Context, sig *signal.Signal) (V, error)) (v V, err error, shared bool) {
 	if ctx == nil {
 		panic("singleflight: Do called with a nil context")
 	}
