@@ -212,9 +212,51 @@ func TestForgetXSync(t *testing.T) {
 	}
 }
 
+// crowd starts a flight on a new Group whose fn, once n callers of Do share
+// it, ends with end (a panic, runtime.Goexit). It returns what each caller
+// recovered, how many callers Do returned to, and the flight's signal after a
+// Forget of its key.
+func crowd(t *testing.T, n int, end func()) (recovered []any, returned int, sig *signal.Signal) {
+	t.Helper()
+	var g singleflight.Group[int]
+	var leaseSig atomic.Pointer[signal.Signal]
+	started, release := make(chan struct{}), make(chan struct{})
+	fn := func(_ context.Context, sig *signal.Signal) (int, error) {
+		leaseSig.Store(sig)
+		close(started)
+		<-release
+		end()
+		return 0, nil
+	}
+	rec := make(chan any, n)
+	var ret atomic.Int32
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { rec <- recover() }()
+			g.Do(context.Background(), "key", fn)
+			ret.Add(1)
+		}()
+		if i == 0 {
+			recv(t, started, "start of fn")
+		}
+	}
+	waitDups(t, &g, "key", n-1)
+	close(release)
+	wg.Wait()
+	close(rec)
+	for r := range rec {
+		recovered = append(recovered, r)
+	}
+	g.Forget("key")
+	return recovered, int(ret.Load()), leaseSig.Load()
+}
+
 // TestPanicDo: a panic in fn reaches every caller of the flight as a panic
 // whose value is an error that wraps the panic's value, if an error, and
-// names it (golang/go#41133).
+// names it (golang/go#41133). The panic ends the lease; it is no loss.
 func TestPanicDo(t *testing.T) {
 	boom := errors.New("boom")
 	for _, tc := range []struct {
@@ -228,35 +270,12 @@ func TestPanicDo(t *testing.T) {
 		{"wrapped error", errors.Join(boom, os.ErrClosed), os.ErrClosed, "boom"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var g singleflight.Group[int]
-			var leaseSig atomic.Pointer[signal.Signal]
-			started, release := make(chan struct{}), make(chan struct{})
-			fn := func(_ context.Context, sig *signal.Signal) (int, error) {
-				leaseSig.Store(sig)
-				close(started)
-				<-release
-				panic(tc.value)
-			}
 			const n = 5
-			recovered := make(chan any, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { recovered <- recover() }()
-					g.Do(context.Background(), "key", fn)
-					t.Error("Do returned after a panic in fn")
-				}()
-				if i == 0 {
-					recv(t, started, "start of fn")
-				}
+			recovered, returned, sig := crowd(t, n, func() { panic(tc.value) })
+			if returned != 0 || len(recovered) != n {
+				t.Errorf("Do returned to %d of %d callers after a panic in fn, want none", returned, n)
 			}
-			waitDups(t, &g, "key", n-1)
-			close(release)
-			wg.Wait()
-			for range n {
-				r := <-recovered
+			for _, r := range recovered {
 				err, ok := r.(error)
 				if !ok {
 					t.Fatalf("recovered %T %v, want an error", r, r)
@@ -268,9 +287,7 @@ func TestPanicDo(t *testing.T) {
 					t.Errorf("errors.Is(%v, %v) = false, want true", err, tc.is)
 				}
 			}
-			// A panic is the end of fn, not a loss.
-			g.Forget("key")
-			if st := state(leaseSig.Load()); st != "ended" {
+			if st := state(sig); st != "ended" {
 				t.Errorf("after the panic and Forget, the lease is %s, want ended", st)
 			}
 		})
@@ -278,40 +295,19 @@ func TestPanicDo(t *testing.T) {
 }
 
 // TestGoexitDo: runtime.Goexit in fn ends the goroutine of every caller of
-// the flight, and Do returns to none of them.
+// the flight, and Do returns to none of them; the lease ends.
 func TestGoexitDo(t *testing.T) {
-	var g singleflight.Group[int]
-	var leaseSig atomic.Pointer[signal.Signal]
-	started, release := make(chan struct{}), make(chan struct{})
-	fn := func(_ context.Context, sig *signal.Signal) (int, error) {
-		leaseSig.Store(sig)
-		close(started)
-		<-release
-		runtime.Goexit()
-		return 0, nil
-	}
 	const n = 5
-	var returned atomic.Int32
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.Do(context.Background(), "key", fn)
-			returned.Add(1)
-		}()
-		if i == 0 {
-			recv(t, started, "start of fn")
+	recovered, returned, sig := crowd(t, n, runtime.Goexit)
+	if returned != 0 {
+		t.Errorf("Do returned to %d callers after runtime.Goexit in fn, want 0", returned)
+	}
+	for _, r := range recovered {
+		if r != nil {
+			t.Errorf("a caller recovered %v after runtime.Goexit in fn, want nothing", r)
 		}
 	}
-	waitDups(t, &g, "key", n-1)
-	close(release)
-	wg.Wait()
-	if r := returned.Load(); r != 0 {
-		t.Errorf("Do returned to %d callers after runtime.Goexit in fn, want 0", r)
-	}
-	g.Forget("key")
-	if st := state(leaseSig.Load()); st != "ended" {
+	if st := state(sig); st != "ended" {
 		t.Errorf("after Goexit and Forget, the lease is %s, want ended", st)
 	}
 }
