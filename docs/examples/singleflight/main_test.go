@@ -2,12 +2,12 @@ package singleflight_test
 
 import (
 	"flag"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/zukhruf/lease/internal/rapidcheck"
 )
 
 // hangGuard bounds every wait in these tests. It only keeps a broken group
@@ -20,24 +20,8 @@ const minRapidChecks = 1000
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	setRapidChecks()
+	rapidcheck.Raise(minRapidChecks)
 	// Flights run in goroutines of their own (DoChan) and the tests start
 	// callers; none may outlive them.
 	goleak.VerifyTestMain(m)
-}
-
-// setRapidChecks raises rapid's number of checks to minRapidChecks unless the
-// command line (-rapid.checks) or the environment (RAPID_CHECKS) chose one.
-func setRapidChecks() {
-	if _, ok := os.LookupEnv("RAPID_CHECKS"); ok {
-		return
-	}
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
-	if set {
-		return
-	}
-	if err := flag.Set("rapid.checks", fmt.Sprint(minRapidChecks)); err != nil {
-		panic(err)
-	}
 }
