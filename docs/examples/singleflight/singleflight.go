@@ -15,10 +15,9 @@ import (
 
 // ErrForgotten is the cause of the loss of a flight's lease when
 // [Group.Forget] forgot the flight: a newer flight for the same key may run.
-// A flight's [signal.Signal.Err] then returns a *[lost.Error] whose subject
-// is the key and for which errors.Is(err, ErrForgotten) is true.
-//
-// [lost.Error]: https://pkg.go.dev/github.com/zukhruf/lease/lost#Error
+// A flight's [signal.Signal.Err] then returns a
+// *[github.com/zukhruf/lease/lost.Error] whose subject is the key and for
+// which errors.Is(err, ErrForgotten) is true.
 var ErrForgotten = errors.New("singleflight: flight forgotten")
 
 // errGoexit reports that fn called runtime.Goexit.
@@ -68,8 +67,9 @@ type call[V any] struct {
 	ctx   flightContext          // what fn gets as its context
 }
 
-// Group is a namespace of keys in which each key has at most one flight, and
-// at most one flight whose lease is live, at a time.
+// Group is a namespace of keys in which each key has, at a time, at most one
+// flight that new callers join, and at most one flight whose lease is live:
+// the same one. A forgotten flight runs on with its lease lost.
 //
 // The zero Group is empty and ready to use. A Group must not be copied after
 // first use.
@@ -77,7 +77,8 @@ type call[V any] struct {
 // In the terminology of [the Go memory model], the return of fn
 // “synchronizes before” the return of every Do and every receive from DoChan
 // that gets its result; and a Forget that forgets a flight “synchronizes
-// before” every Err of that flight's signal that returns the loss.
+// before” every Err of that flight's signal that returns the loss, and before
+// the start of every newer flight for the key.
 //
 // [the Go memory model]: https://go.dev/ref/mem
 type Group[V any] struct {
@@ -99,9 +100,11 @@ type Result[V any] struct {
 // than one caller.
 //
 // fn runs under a lease on key, in the goroutine of the caller that started
-// the flight. It gets that caller's ctx, made by [signal.Signal.Context]: it
-// is done when ctx is done, when the lease is lost, or once fn has returned;
-// the contexts of the callers that wait are not consulted, as with x/sync.
+// the flight. Its context is sig.Context(ctx) ([signal.Signal.Context]) of
+// that caller's ctx, made when fn first uses it: it is done when ctx is done,
+// when the lease is lost, or once fn has returned. The contexts of the callers
+// that join the flight are not consulted, as with x/sync; a caller that must
+// stop waiting when its own context is done uses DoChan in a select.
 // The lease ends, never lost, when fn returns, so Do never reports a loss by
 // itself: a flight forgotten by [Group.Forget] learns of it from sig and from
 // its context, and decides what to return.
