@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/zukhruf/lease v0.0.0
 	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da
+	golang.org/x/sync v0.25.0
 	gonum.org/v1/plot v0.17.0
 )
 
