@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -262,6 +263,22 @@ func TestIgnoreGoroutinesKeepsWatches(t *testing.T) {
 	w.Stop()
 	if err == nil || !strings.Contains(err.Error(), "StreamWatcher") {
 		t.Errorf("goleak.Find with a watch open = %v, want the watch's goroutine", err)
+	}
+}
+
+// Without the binary and without the go command that builds it, a start
+// fails at once and says what to do.
+func TestStartWithoutGo(t *testing.T) {
+	t.Setenv("KUBE_APISERVER", filepath.Join(t.TempDir(), "kube-apiserver"))
+	t.Setenv("PATH", t.TempDir())
+	s, _, err := kubetest.StartShared()
+	if err == nil {
+		t.Fatalf("StartShared = %v, nil; want an error", s)
+	}
+	for _, want := range []string{"kube-apiserver is not built", "go command", "make k8s-apiserver"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("StartShared = %v, want an error that says %q", err, want)
+		}
 	}
 }
 
