@@ -206,12 +206,14 @@ func TestStopStart(t *testing.T) {
 		}
 		// The apiserver reconnects by itself, within its etcd client's
 		// backoff.
-		deadline := time.Now().Add(waitTimeout)
+		started := time.Now()
+		deadline := started.Add(waitTimeout)
 		for {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			_, err := cs.CoordinationV1().Leases("default").Create(ctx, lease("after-etcd", "a"), metav1.CreateOptions{})
 			cancel()
 			if err == nil {
+				t.Logf("writes succeed again %v after StartEtcd returned", time.Since(started).Round(time.Millisecond))
 				break
 			}
 			if time.Now().After(deadline) {
