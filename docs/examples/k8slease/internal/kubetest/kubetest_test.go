@@ -380,6 +380,9 @@ func TestChildWait(t *testing.T) {
 	if err := p.Wait(); err == nil {
 		t.Error("Wait = nil for a child whose role failed")
 	}
+	if out := p.Output(); !strings.Contains(out, "kubetest: role writer:") || !strings.Contains(out, "already exists") {
+		t.Errorf("Output() = %q, want the role's error", out)
+	}
 }
 
 // waitState waits until process pid is in state (a letter of
