@@ -5,8 +5,8 @@
 # the test process. The binary is kept, one for each Kubernetes version, in
 # the user's cache folder (zukhruf-lease/kube-apiserver-VERSION; the
 # environment variable KUBE_APISERVER names another file): only the first
-# build is long, about 21 minutes on 2 cores, and a test that finds no
-# binary builds it itself.
+# build is long (figures in docs/examples/k8slease/internal/kubetest/README.md),
+# and a test that finds no binary builds it itself.
 
 K8S_EXAMPLE := docs/examples/k8slease
 

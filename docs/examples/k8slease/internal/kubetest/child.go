@@ -143,6 +143,7 @@ type Event struct {
 // safe for concurrent use.
 type Process struct {
 	cmd    *exec.Cmd
+	log    string // the file of the child's output but its events
 	stdin  io.WriteCloser
 	exited chan struct{} // closed once the child has exited and its output is read
 	err    error         // the child's exit, read after exited is closed
@@ -165,7 +166,10 @@ func StartChild(t testing.TB, cfg *rest.Config, role string, args ...string) *Pr
 		t.Fatal(err)
 	}
 	logName := filepath.Join(t.TempDir(), "child.log")
-	logFile, err := os.Create(logName)
+	// Appending, so that the child's standard error and the lines the
+	// reader copies, written through two descriptors, never overwrite
+	// each other.
+	logFile, err := os.OpenFile(logName, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,9 +191,9 @@ func StartChild(t testing.TB, cfg *rest.Config, role string, args ...string) *Pr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("kubetest: start child %s: %v", role, err)
 	}
-	p := &Process{cmd: cmd, stdin: stdin, exited: make(chan struct{}), more: make(chan struct{}, 1)}
-	// The child's output goes to its log file too, by another
-	// descriptor: open it before the reader may write.
+	p := &Process{cmd: cmd, log: logName, stdin: stdin, exited: make(chan struct{}), more: make(chan struct{}, 1)}
+	// The child's standard output, but for its events, goes to the log
+	// file too.
 	out, err := os.OpenFile(logName, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		cmd.Process.Kill()
@@ -201,8 +205,7 @@ func StartChild(t testing.TB, cfg *rest.Config, role string, args ...string) *Pr
 		p.Kill()
 		<-p.exited
 		if t.Failed() {
-			b, _ := os.ReadFile(logName)
-			t.Logf("child %s (pid %d) output:\n%s", role, cmd.Process.Pid, b)
+			t.Logf("child %s (pid %d) output:\n%s", role, cmd.Process.Pid, p.Output())
 		}
 	})
 	return p
@@ -246,6 +249,13 @@ func parseEvent(line string) (Event, bool) {
 		return Event{}, false
 	}
 	return Event{Time: time.Unix(0, n), Text: text}, true
+}
+
+// Output returns what the child wrote so far to its standard error, and
+// to its standard output but its events.
+func (p *Process) Output() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
 }
 
 // Pid returns the child's process id.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -205,12 +206,14 @@ func TestStopStart(t *testing.T) {
 		}
 		// The apiserver reconnects by itself, within its etcd client's
 		// backoff.
-		deadline := time.Now().Add(waitTimeout)
+		started := time.Now()
+		deadline := started.Add(waitTimeout)
 		for {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			_, err := cs.CoordinationV1().Leases("default").Create(ctx, lease("after-etcd", "a"), metav1.CreateOptions{})
 			cancel()
 			if err == nil {
+				t.Logf("writes succeed again %v after StartEtcd returned", time.Since(started).Round(time.Millisecond))
 				break
 			}
 			if time.Now().After(deadline) {
@@ -262,6 +265,22 @@ func TestIgnoreGoroutinesKeepsWatches(t *testing.T) {
 	w.Stop()
 	if err == nil || !strings.Contains(err.Error(), "StreamWatcher") {
 		t.Errorf("goleak.Find with a watch open = %v, want the watch's goroutine", err)
+	}
+}
+
+// Without the binary and without the go command that builds it, a start
+// fails at once and says what to do.
+func TestStartWithoutGo(t *testing.T) {
+	t.Setenv("KUBE_APISERVER", filepath.Join(t.TempDir(), "kube-apiserver"))
+	t.Setenv("PATH", t.TempDir())
+	s, _, err := kubetest.StartShared()
+	if err == nil {
+		t.Fatalf("StartShared = %v, nil; want an error", s)
+	}
+	for _, want := range []string{"kube-apiserver is not built", "go command", "make k8s-apiserver"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("StartShared = %v, want an error that says %q", err, want)
+		}
 	}
 }
 
@@ -360,6 +379,9 @@ func TestChildWait(t *testing.T) {
 	p = kubetest.StartChild(t, server.Config(), "writer", "child-wait") // exists: Create fails
 	if err := p.Wait(); err == nil {
 		t.Error("Wait = nil for a child whose role failed")
+	}
+	if out := p.Output(); !strings.Contains(out, "kubetest: role writer:") || !strings.Contains(out, "already exists") {
+		t.Errorf("Output() = %q, want the role's error", out)
 	}
 }
 

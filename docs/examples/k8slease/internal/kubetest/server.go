@@ -86,9 +86,9 @@ func Start(t testing.TB) *Server {
 // the end of the apiserver's log is logged first.
 //
 // If the kube-apiserver binary is missing, Start builds it first (see
-// package kubebin), which takes about 20 minutes the first time on 2
-// cores: longer than go test's default -timeout. make k8s-apiserver builds
-// it ahead.
+// package kubebin), which takes tens of minutes with a cold Go build cache
+// (see README.md): longer than go test's default -timeout. make
+// k8s-apiserver builds it ahead.
 func (o Options) Start(t testing.TB) *Server {
 	t.Helper()
 	s, err := o.start(t.Logf, func(format string, args ...any) {
@@ -363,9 +363,12 @@ func (s *Server) RestartAPIServer() error {
 // connections at once, then waits for the open streams, such as the
 // apiserver's watches, up to etcd's request timeout (7 s) before cutting
 // them. The apiserver goes on running, and a request that needs etcd waits
-// until its own deadline or the apiserver's request timeout (60 s).
+// until its own deadline or the apiserver's --request-timeout (a minute by
+// default).
 func (s *Server) StopEtcd() error {
+	start := time.Now()
 	s.etcd.stop()
+	s.logf("kubetest: etcd stopped in %v", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

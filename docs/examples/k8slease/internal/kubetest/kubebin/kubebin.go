@@ -121,7 +121,7 @@ func ensure(dir string, logf func(format string, args ...any)) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("kubebin: kube-apiserver is not built (%s) and the go command that builds it is not found: %w; install Go, then run make k8s-apiserver", path, err)
 	}
-	logf("kubebin: building %s into %s: a cold build takes about 20 minutes on 2 cores, a warm one under a minute (make k8s-apiserver does it ahead)", pkg, path)
+	logf("kubebin: building %s into %s: a cold build takes 20 to 45 minutes on 2 cores, a rebuild from a warm Go build cache under a minute (make k8s-apiserver does it ahead)", pkg, path)
 	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
 	defer os.Remove(tmp)
 	cmd := exec.Command(gobin, "build", "-o", tmp, pkg)

@@ -182,7 +182,7 @@ printf '#!/bin/sh\n' > "$3" && chmod +x "$3"
 	var said int
 	for _, l := range logs {
 		for _, f := range l {
-			if strings.Contains(f, "building") && strings.Contains(f, "20 minutes") {
+			if strings.Contains(f, "building") && strings.Contains(f, "minutes") {
 				said++
 			}
 		}
