@@ -57,14 +57,16 @@ type registry struct {
 	// children. Set once; Context reads it without the mutex.
 	ctx contextSlot
 
-	// ctxs are the contexts made from any other parent. A context whose
-	// parent ends is not taken off at once (that would need a registration
-	// on the parent for every context, three allocations): each new entry
-	// first sweeps two old ones and drops those already done, so that the
-	// entries number at most about twice the most contexts live at once,
-	// whatever holders forget.
+	// ctxs are the contexts made from any other parent, and the entries
+	// their cancels emptied. A context whose parent ends is not taken off
+	// at once (that would need a registration on the parent for every
+	// context, three allocations): when ctxs reaches limit, the next entry
+	// first compacts it, keeping the contexts still live, and sets limit to
+	// twice them. So ctxs never holds more than twice the most contexts
+	// live at once, whatever holders forget, for at most two looks per
+	// entry on average; docs/design.md argues it.
 	ctxs  []ctxEntry
-	sweep int // where the next sweep of ctxs looks
+	limit int
 }
 
 // A leaseContext is a lease's own context and the func that cancels it with
@@ -75,7 +77,8 @@ type leaseContext struct {
 }
 
 // A ctxEntry is a context made from a parent other than Background, with the
-// func that cancels it with the loss.
+// func that cancels it with the loss; both are nil once its cancel took it
+// off in place (see dropCtx).
 type ctxEntry struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -311,7 +314,9 @@ func (r *registry) fire(err *lost.Error) {
 		lc.cancel(err)
 	}
 	for i := range r.ctxs {
-		r.ctxs[i].cancel(err)
+		if cancel := r.ctxs[i].cancel; cancel != nil {
+			cancel(err)
+		}
 	}
 	r.ctxs = nil
 	for w := r.waiters; w != nil; {
@@ -504,51 +509,52 @@ func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (int
 		return 0, false
 	}
 	r, made := l.registry()
-	r.sweepCtxs()
+	if len(r.ctxs) >= r.limit {
+		r.compactCtxs()
+	}
 	r.ctxs = append(r.ctxs, ctxEntry{ctx, cancel})
 	i := len(r.ctxs) - 1 // read under the mutex, before unlockRegistered lets go of it
 	return i, l.unlockRegistered(made)
 }
 
-// sweepCtxs looks at the next two entries of r.ctxs and drops those whose
-// context is done, whether by its parent or by a cancel that found its entry
-// moved; it gives back memory once most entries are gone. It runs with the
-// mutex held.
-func (r *registry) sweepCtxs() {
-	for range 2 {
-		if len(r.ctxs) == 0 {
-			break
-		}
-		if r.sweep >= len(r.ctxs) {
-			r.sweep = 0
-		}
-		if r.ctxs[r.sweep].ctx.Err() != nil {
-			r.removeCtx(r.sweep)
-		} else {
-			r.sweep++
+// compactCtxs drops the entries of r.ctxs whose context is done or whose
+// cancel emptied them, keeping the others in their order, and sets the limit
+// of the next compaction to twice the entries kept (at least 1), so that the
+// appends before it number at least half the entries it will look at. It
+// makes a new slice when the kept entries would not fit under the new limit
+// or would use less than half of it, so the slice's capacity stays at most
+// twice the limit. It runs with the mutex held.
+func (r *registry) compactCtxs() {
+	kept := r.ctxs[:0]
+	for _, e := range r.ctxs {
+		if e.cancel != nil && e.ctx.Err() == nil {
+			kept = append(kept, e)
 		}
 	}
-	if c := cap(r.ctxs); c > 64 && len(r.ctxs) < c/4 {
-		r.ctxs = append(make([]ctxEntry, 0, 2*len(r.ctxs)), r.ctxs...)
+	clear(r.ctxs[len(kept):]) // what the dropped entries held is garbage now
+	r.limit = max(2*len(kept), 1)
+	if c := cap(kept); c < r.limit || c > 2*r.limit {
+		kept = append(make([]ctxEntry, 0, r.limit), kept...)
 	}
-}
-
-// removeCtx takes entry i off r.ctxs, moving the last one into its place.
-func (r *registry) removeCtx(i int) {
-	last := len(r.ctxs) - 1
-	r.ctxs[i] = r.ctxs[last]
-	r.ctxs[last] = ctxEntry{}
-	r.ctxs = r.ctxs[:last]
+	r.ctxs = kept
 }
 
 // dropCtx takes the entry whose cancel func is cancel off the lease if it is
-// still at i; if a sweep moved it, the sweep will find its context done. The
-// entry is known by its cancel func, so that the func the holder keeps
-// captures one word less than the context would take.
+// still at i: off the end of the slice if it is the last, with any emptied
+// entries before it, or else emptied in place until the next compaction,
+// which moves entries and so may have moved it (then its context, cancelled
+// by the caller, is done, and the next compaction drops it). The entry is
+// known by its cancel func, so that the func the holder keeps captures one
+// word less than the context would take.
 func (l *Lease) dropCtx(i int, cancel context.CancelCauseFunc) {
 	l.mu.Lock()
 	if r := l.regs.load(); r != nil && i < len(r.ctxs) && sameFunc(r.ctxs[i].cancel, cancel) {
-		r.removeCtx(i)
+		r.ctxs[i] = ctxEntry{}
+		n := len(r.ctxs)
+		for n > 0 && r.ctxs[n-1].cancel == nil {
+			n--
+		}
+		r.ctxs = r.ctxs[:n]
 	}
 	l.mu.Unlock()
 }

@@ -1,0 +1,231 @@
+package signal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/signal"
+)
+
+// The registrations a live lease keeps for contexts made from parents other
+// than Background stay at most twice the most such contexts live at once,
+// whatever holders forget (docs/design.md, Registrations, argues the bound).
+// These tests check it on the traffic a server makes: requests in flight
+// side by side, ended in any order, cancels called, forgotten, or called in
+// any order, beside contexts that live as long as the lease.
+
+// regParent is a parent of contexts: a request's context, or the server's,
+// which lives as long as the property.
+type regParent struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	ended  bool
+}
+
+// regContext is one context made by Signal.Context, with what the model
+// knows of it.
+type regContext struct {
+	parent    *regParent
+	ctx       context.Context
+	cancel    context.CancelFunc // nil where the holder forgot it
+	called    bool               // cancel was called
+	immediate bool               // made from a parent that had ended: never registered
+}
+
+// live reports whether the model holds c live: its parent has not ended and
+// its cancel was not called.
+func (c *regContext) live() bool { return !c.immediate && !c.parent.ended && !c.called }
+
+// regModel is a lease, the parents and contexts made from it, and the most
+// contexts that were live at once.
+type regModel struct {
+	c        *controller.Controller
+	server   *regParent
+	parents  []*regParent // every request, ended or not
+	ctxs     []*regContext
+	maxLive  int
+	steps    int
+	failures []string
+}
+
+func newRegModel() *regModel {
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), regKey{}, "server"))
+	return &regModel{c: controller.New("orders"), server: &regParent{ctx: ctx, cancel: cancel}}
+}
+
+type regKey struct{}
+
+func (m *regModel) request() *regParent {
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), regKey{}, "request"))
+	p := &regParent{ctx: ctx, cancel: cancel}
+	m.parents = append(m.parents, p)
+	return p
+}
+
+func (m *regModel) context(p *regParent, forget bool) *regContext {
+	ctx, cancel := m.c.Signal().Context(p.ctx)
+	rc := &regContext{parent: p, ctx: ctx, cancel: cancel, immediate: p.ended}
+	if forget {
+		rc.cancel = nil
+	}
+	m.ctxs = append(m.ctxs, rc)
+	return rc
+}
+
+func (p *regParent) end() {
+	if !p.ended {
+		p.ended = true
+		p.cancel()
+	}
+}
+
+func (c *regContext) callCancel() {
+	if c.cancel != nil && !c.called {
+		c.called = true
+		c.cancel()
+	}
+}
+
+// check compares the lease with the model after a step: every live context
+// is kept and not done, every other one is done, and the registrations are
+// at least the live contexts and at most twice the most live at once.
+func (m *regModel) check() error {
+	m.steps++
+	live := 0
+	for i, rc := range m.ctxs {
+		if rc.live() {
+			live++
+			if err := rc.ctx.Err(); err != nil {
+				return fmt.Errorf("context %d: Err() = %v, want nil: it is live", i, err)
+			}
+		} else if rc.ctx.Err() == nil {
+			return fmt.Errorf("context %d: Err() = nil, want it done", i)
+		}
+	}
+	m.maxLive = max(m.maxLive, live)
+	regs := signal.Registrations(m.c.Signal())
+	if regs < live {
+		return fmt.Errorf("step %d: %d registrations with %d contexts live: a live context was dropped", m.steps, regs, live)
+	}
+	if regs > 2*m.maxLive {
+		return fmt.Errorf("step %d: %d registrations with %d contexts live, at most %d live at once: want at most %d",
+			m.steps, regs, live, m.maxLive, 2*m.maxLive)
+	}
+	return nil
+}
+
+// lose loses the lease and checks that every live context was cancelled with
+// the loss and that nothing is kept; then it ends every parent.
+func (m *regModel) lose() error {
+	defer func() {
+		m.server.end()
+		for _, p := range m.parents {
+			p.end()
+		}
+	}()
+	m.c.Lose(errRefused)
+	for i, rc := range m.ctxs {
+		if rc.live() && !errors.Is(context.Cause(rc.ctx), errRefused) {
+			return fmt.Errorf("context %d live at the loss: Cause() = %v, want the loss", i, context.Cause(rc.ctx))
+		}
+	}
+	if n := signal.Registrations(m.c.Signal()); n != 0 {
+		return fmt.Errorf("after the loss the lease keeps %d registrations, want 0", n)
+	}
+	return nil
+}
+
+// TestContextRegistrationsBound runs random schedules: requests opened and
+// ended in any order, contexts made from them, from the server's context
+// (long-lived) or from Background, cancels called, forgotten, or called in
+// any order, and streams of requests with a few in flight. After every step
+// the lease keeps every live context and at most twice the most that were
+// live at once.
+func TestContextRegistrationsBound(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := newRegModel()
+		step := func() {
+			if err := m.check(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pickParent := func(label string) *regParent {
+			if len(m.parents) == 0 || rapid.Bool().Draw(t, label+" from the server") {
+				return m.server
+			}
+			return rapid.SampledFrom(m.parents).Draw(t, label)
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"request": func(t *rapid.T) {
+				m.context(m.request(), rapid.Bool().Draw(t, "forget"))
+			},
+			"context": func(t *rapid.T) {
+				m.context(pickParent("parent"), rapid.Bool().Draw(t, "forget"))
+			},
+			"background": func(t *rapid.T) {
+				// A child of the lease's own context: no registration.
+				ctx, cancel := m.c.Signal().Context(context.Background())
+				_ = cancel // forgotten
+				if ctx.Err() != nil {
+					t.Fatalf("Context(Background) on a live lease: Err() = %v", ctx.Err())
+				}
+			},
+			"end request": func(t *rapid.T) {
+				if len(m.parents) == 0 {
+					t.Skip("no request")
+				}
+				rapid.SampledFrom(m.parents).Draw(t, "request").end()
+			},
+			"cancel": func(t *rapid.T) {
+				if len(m.ctxs) == 0 {
+					t.Skip("no context")
+				}
+				rapid.SampledFrom(m.ctxs).Draw(t, "context").callCancel()
+			},
+			"stream": func(t *rapid.T) {
+				// n requests, at most w in flight: before each new one
+				// beyond w, one in flight ends, the oldest or any; its
+				// context's cancel is called before the end, after it, or
+				// never.
+				n := rapid.IntRange(1, 300).Draw(t, "requests")
+				w := rapid.IntRange(1, 8).Draw(t, "in flight")
+				inOrder := rapid.Bool().Draw(t, "ended in order")
+				how := rapid.IntRange(0, 3).Draw(t, "cancel: 0 forgotten, 1 before the end, 2 after, 3 either")
+				var flight []*regContext
+				for range n {
+					if len(flight) == w {
+						i := 0
+						if !inOrder {
+							i = rapid.IntRange(0, w-1).Draw(t, "ends")
+						}
+						rc := flight[i]
+						flight = append(flight[:i], flight[i+1:]...)
+						when := how
+						if how == 3 {
+							when = rapid.IntRange(0, 2).Draw(t, "cancel")
+						}
+						if when == 1 {
+							rc.callCancel()
+						}
+						rc.parent.end()
+						if when == 2 {
+							rc.callCancel()
+						}
+						step()
+					}
+					flight = append(flight, m.context(m.request(), how == 0))
+					step()
+				}
+			},
+			"": func(t *rapid.T) { step() },
+		})
+		if err := m.lose(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
