@@ -3,7 +3,9 @@ package signal_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -228,4 +230,94 @@ func TestContextRegistrationsBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// streamed is how many contexts each pattern of TestContextPatternsHeapFlat
+// makes: make test runs 100,000 under the race detector, make stress a
+// million.
+var streamed = flag.Int("streamed", 100_000, "contexts each pattern of TestContextPatternsHeapFlat makes")
+
+// TestContextPatternsHeapFlat streams contexts over requests the way a
+// server makes them, each pattern one that kept registrations without limit,
+// or at several times the contexts live, before compaction: after every
+// context the lease keeps every live one and at most twice the most live at
+// once, and over the whole stream the heap stays flat.
+func TestContextPatternsHeapFlat(t *testing.T) {
+	const bound = 512 << 10 // bytes; one leaked byte per context is 1 MB in make stress
+	patterns := []struct {
+		name     string
+		inFlight int  // requests in flight between one request and the next
+		random   bool // which request in flight ends is drawn; else the oldest
+		cancel   bool // the holder calls cancel, before the request ends
+		long     int  // contexts of the server's context, live throughout, cancel forgotten
+	}{
+		{name: "two in flight, ended in order", inFlight: 2},
+		{name: "1,000 long-lived beside a stream", inFlight: 2, long: 1000},
+		{name: "eight in flight, random end order", inFlight: 8, random: true},
+		{name: "100 in flight, every cancel called in random order", inFlight: 100, random: true, cancel: true},
+	}
+	for _, p := range patterns {
+		t.Run(p.name, func(t *testing.T) {
+			c := controller.New("orders")
+			sig := c.Signal()
+			server, endServer := context.WithCancel(context.Background())
+			defer endServer()
+			for range p.long {
+				sig.Context(server) // cancel forgotten; live as long as the server
+			}
+			rng := rand.New(rand.NewPCG(1, uint64(p.inFlight)))
+			type call struct {
+				end    context.CancelFunc
+				cancel context.CancelFunc
+			}
+			var flight []call
+			most, seen := 0, 0 // the most contexts live at once, and registrations
+			check := func() {
+				live := p.long + len(flight)
+				most = max(most, live)
+				regs := signal.Registrations(sig)
+				seen = max(seen, regs)
+				if regs < live || regs > 2*most {
+					t.Fatalf("%d registrations with %d contexts live, at most %d at once: want %d to %d",
+						regs, live, most, live, 2*most)
+				}
+			}
+			// Each request starts, then, if more than inFlight are in
+			// flight, one of the others ends.
+			stream := func(n int) {
+				for range n {
+					req, end := context.WithCancel(context.Background())
+					_, cancel := sig.Context(req)
+					flight = append(flight, call{end, cancel})
+					check()
+					if len(flight) > p.inFlight {
+						i := 0
+						if p.random {
+							i = rng.IntN(len(flight) - 1)
+						}
+						if p.cancel {
+							flight[i].cancel()
+						}
+						flight[i].end()
+						flight = append(flight[:i], flight[i+1:]...)
+						check()
+					}
+				}
+			}
+			stream(10_000) // warm up: the limit, pools and size classes
+			before := heapAlloc()
+			stream(*streamed)
+			after := heapAlloc()
+			growth := int64(after) - int64(before)
+			t.Logf("%d contexts, at most %d live at once: at most %d registrations kept (%.2f×), %d at the end; heap %d -> %d bytes (%+d)",
+				*streamed, most, seen, float64(seen)/float64(most), signal.Registrations(sig), before, after, growth)
+			if growth > bound {
+				t.Errorf("heap grew by %d bytes over %d contexts, want at most %d", growth, *streamed, bound)
+			}
+			c.Lose(errRefused)
+			for _, f := range flight {
+				f.end()
+			}
+		})
+	}
 }
