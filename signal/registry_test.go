@@ -24,35 +24,34 @@ import (
 // regParent is a parent of contexts: a request's context, or the server's,
 // which lives as long as the property.
 type regParent struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	ended  bool
+	ctx      context.Context
+	cancel   context.CancelFunc
+	ended    bool
+	children []*regContext
 }
 
 // regContext is one context made by Signal.Context, with what the model
 // knows of it.
 type regContext struct {
-	parent    *regParent
-	ctx       context.Context
-	cancel    context.CancelFunc // nil where the holder forgot it
-	called    bool               // cancel was called
-	immediate bool               // made from a parent that had ended: never registered
+	parent *regParent
+	ctx    context.Context
+	cancel context.CancelFunc // nil where the holder forgot it
+	live   bool               // neither its parent has ended nor its cancel was called
 }
 
-// live reports whether the model holds c live: its parent has not ended and
-// its cancel was not called.
-func (c *regContext) live() bool { return !c.immediate && !c.parent.ended && !c.called }
-
-// regModel is a lease, the parents and contexts made from it, and the most
-// contexts that were live at once.
+// regModel is a lease, the parents and contexts made from it, how many of
+// them are live and the most that were live at once. Each context is checked
+// against the model when it is made and when it stops being live, so that a
+// step costs the same however many contexts came before.
 type regModel struct {
-	c        *controller.Controller
-	server   *regParent
-	parents  []*regParent // every request, ended or not
-	ctxs     []*regContext
-	maxLive  int
-	steps    int
-	failures []string
+	c       *controller.Controller
+	server  *regParent
+	parents []*regParent // every request, ended or not
+	ctxs    []*regContext
+	live    int
+	maxLive int
+	steps   int
+	err     error // the first difference from the model
 }
 
 func newRegModel() *regModel {
@@ -69,54 +68,81 @@ func (m *regModel) request() *regParent {
 	return p
 }
 
+// context makes a context from p; with forget, the holder drops its cancel.
 func (m *regModel) context(p *regParent, forget bool) *regContext {
 	ctx, cancel := m.c.Signal().Context(p.ctx)
-	rc := &regContext{parent: p, ctx: ctx, cancel: cancel, immediate: p.ended}
+	rc := &regContext{parent: p, ctx: ctx, cancel: cancel, live: !p.ended}
 	if forget {
 		rc.cancel = nil
 	}
 	m.ctxs = append(m.ctxs, rc)
+	if rc.live {
+		m.live++
+		p.children = append(p.children, rc)
+		if err := ctx.Err(); err != nil {
+			m.fail(fmt.Errorf("a context of a live parent: Err() = %v, want nil", err))
+		}
+	} else if ctx.Err() == nil {
+		m.fail(errors.New("a context of an ended parent: Err() = nil, want it done"))
+	}
 	return rc
 }
 
-func (p *regParent) end() {
-	if !p.ended {
-		p.ended = true
-		p.cancel()
+// end ends p, and with it every context of p that was live.
+func (m *regModel) end(p *regParent) {
+	if p.ended {
+		return
+	}
+	p.ended = true
+	p.cancel()
+	for _, rc := range p.children {
+		m.dead(rc)
+	}
+	p.children = nil
+}
+
+// callCancel calls rc's cancel, unless the holder forgot it or called it.
+func (m *regModel) callCancel(rc *regContext) {
+	if rc.cancel != nil {
+		rc.cancel()
+		rc.cancel = nil
+		m.dead(rc)
 	}
 }
 
-func (c *regContext) callCancel() {
-	if c.cancel != nil && !c.called {
-		c.called = true
-		c.cancel()
+// dead records that rc is no longer live, and checks that it is done.
+func (m *regModel) dead(rc *regContext) {
+	if !rc.live {
+		return
+	}
+	rc.live = false
+	m.live--
+	if rc.ctx.Err() == nil {
+		m.fail(errors.New("a context whose parent ended or whose cancel was called: Err() = nil, want it done"))
 	}
 }
 
-// check compares the lease with the model after a step: every live context
-// is kept and not done, every other one is done, and the registrations are
-// at least the live contexts and at most twice the most live at once.
+func (m *regModel) fail(err error) {
+	if m.err == nil {
+		m.err = fmt.Errorf("step %d: %w", m.steps, err)
+	}
+}
+
+// check compares the lease with the model after a step: the registrations
+// are at least the live contexts and at most twice the most live at once.
 func (m *regModel) check() error {
 	m.steps++
-	live := 0
-	for i, rc := range m.ctxs {
-		if rc.live() {
-			live++
-			if err := rc.ctx.Err(); err != nil {
-				return fmt.Errorf("context %d: Err() = %v, want nil: it is live", i, err)
-			}
-		} else if rc.ctx.Err() == nil {
-			return fmt.Errorf("context %d: Err() = nil, want it done", i)
-		}
+	if m.err != nil {
+		return m.err
 	}
-	m.maxLive = max(m.maxLive, live)
+	m.maxLive = max(m.maxLive, m.live)
 	regs := signal.Registrations(m.c.Signal())
-	if regs < live {
-		return fmt.Errorf("step %d: %d registrations with %d contexts live: a live context was dropped", m.steps, regs, live)
+	if regs < m.live {
+		return fmt.Errorf("step %d: %d registrations with %d contexts live: a live context was dropped", m.steps, regs, m.live)
 	}
 	if regs > 2*m.maxLive {
 		return fmt.Errorf("step %d: %d registrations with %d contexts live, at most %d live at once: want at most %d",
-			m.steps, regs, live, m.maxLive, 2*m.maxLive)
+			m.steps, regs, m.live, m.maxLive, 2*m.maxLive)
 	}
 	return nil
 }
@@ -125,14 +151,14 @@ func (m *regModel) check() error {
 // the loss and that nothing is kept; then it ends every parent.
 func (m *regModel) lose() error {
 	defer func() {
-		m.server.end()
+		m.end(m.server)
 		for _, p := range m.parents {
-			p.end()
+			m.end(p)
 		}
 	}()
 	m.c.Lose(errRefused)
 	for i, rc := range m.ctxs {
-		if rc.live() && !errors.Is(context.Cause(rc.ctx), errRefused) {
+		if rc.live && !errors.Is(context.Cause(rc.ctx), errRefused) {
 			return fmt.Errorf("context %d live at the loss: Cause() = %v, want the loss", i, context.Cause(rc.ctx))
 		}
 	}
@@ -181,13 +207,13 @@ func TestContextRegistrationsBound(t *testing.T) {
 				if len(m.parents) == 0 {
 					t.Skip("no request")
 				}
-				rapid.SampledFrom(m.parents).Draw(t, "request").end()
+				m.end(rapid.SampledFrom(m.parents).Draw(t, "request"))
 			},
 			"cancel": func(t *rapid.T) {
 				if len(m.ctxs) == 0 {
 					t.Skip("no context")
 				}
-				rapid.SampledFrom(m.ctxs).Draw(t, "context").callCancel()
+				m.callCancel(rapid.SampledFrom(m.ctxs).Draw(t, "context"))
 			},
 			"stream": func(t *rapid.T) {
 				// n requests, at most w in flight: before each new one
@@ -212,11 +238,11 @@ func TestContextRegistrationsBound(t *testing.T) {
 							when = rapid.IntRange(0, 2).Draw(t, "cancel")
 						}
 						if when == 1 {
-							rc.callCancel()
+							m.callCancel(rc)
 						}
-						rc.parent.end()
+						m.end(rc.parent)
 						if when == 2 {
-							rc.callCancel()
+							m.callCancel(rc)
 						}
 						step()
 					}
