@@ -5,6 +5,7 @@ package core
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,11 +167,20 @@ func (l *Lease) errLosingOrEnded(s state) error {
 	return nil
 }
 
-// awaitLoss waits until the Lose under way has closed Done, which it does
-// just after writing the cause and without waiting for anything, and returns
-// the loss. The lease must be losing or lost.
+// awaitLoss waits until the Lose under way has closed Done, and returns the
+// loss. The lease must be losing or lost. It makes no channel, so that Err
+// never allocates: until that Lose has put a channel in done (it writes the
+// cause first, a few instructions, then either closes the channel a Done
+// call made or puts closedchan there), it yields; then it receives from that
+// channel, which Lose closes without waiting for anything.
 func (l *Lease) awaitLoss() *lost.Error {
-	<-l.Done()
+	for l.state.load() == stateLosing {
+		if c := l.loadDone(); c != nil {
+			<-c
+			break
+		}
+		runtime.Gosched()
+	}
 	return l.lossErr()
 }
 
@@ -252,6 +262,14 @@ func (l *Lease) lose(cause error) bool {
 		l.awaitLosing()
 		return false
 	}
+	l.completeLoss(cause)
+	return true
+}
+
+// completeLoss does the rest of the loss once lose has moved the state to
+// losing: it writes the cause, closes Done, moves the state to lost and fires
+// what is registered.
+func (l *Lease) completeLoss(cause error) {
 	l.setCause(cause)
 	// With no channel yet, closedchan takes its place, so that a racing
 	// makeDone finds it.
@@ -264,7 +282,6 @@ func (l *Lease) lose(cause error) bool {
 			r.fire(l.lossErr())
 		}
 	}
-	return true
 }
 
 // setCause writes the cause into l.err, leaving the subject alone: Subject
