@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -347,3 +348,58 @@ func TestContextPatternsHeapFlat(t *testing.T) {
 		})
 	}
 }
+
+// A context made from Background is a child of the lease's own context, as
+// context.WithCancel makes one: a forgotten cancel keeps it until the lease
+// is lost or ended, as a forgotten cancel of context.WithCancel keeps a child
+// of a parent that lives on. The test measures what each such context keeps,
+// beside context.WithCancel of a live parent, and shows that the loss and the
+// end give it all back while the lease itself is still referred to.
+func TestContextBackgroundForgottenKeptUntilLossOrEnd(t *testing.T) {
+	const n = 20_000
+	const least = 64 // bytes per context; a context with its cancel func takes more
+	const slack = 64 << 10
+	peer := func() float64 {
+		parent, cancelParent := context.WithCancel(context.Background())
+		defer cancelParent()
+		before := heapAlloc()
+		for range n {
+			_, cancel := context.WithCancel(parent)
+			forget(cancel)
+		}
+		return float64(int64(heapAlloc())-int64(before)) / n
+	}()
+	for _, how := range []string{"lost", "ended"} {
+		t.Run(how, func(t *testing.T) {
+			c := controller.New("orders")
+			sig := c.Signal()
+			_, cancel := sig.Context(context.Background()) // the lease's own context is made
+			cancel()
+			before := heapAlloc()
+			for range n {
+				sig.Context(context.Background()) // cancel forgotten
+			}
+			kept := heapAlloc()
+			per := float64(int64(kept)-int64(before)) / n
+			if how == "lost" {
+				c.Lose(errRefused)
+			} else {
+				c.End()
+			}
+			after := heapAlloc()
+			t.Logf("%d contexts from Background, cancel forgotten: %.1f bytes each kept until %s (context.WithCancel of a live parent: %.1f); heap after: %+d bytes",
+				n, per, how, peer, int64(after)-int64(before))
+			if per < least {
+				t.Errorf("each context keeps %.1f bytes, want at least %d: the measure does not see them", per, least)
+			}
+			if int64(after)-int64(before) > slack {
+				t.Errorf("once the lease is %s the heap is %+d bytes from before the contexts, want at most %d", how, int64(after)-int64(before), slack)
+			}
+			runtime.KeepAlive(c)
+		})
+	}
+}
+
+// forget drops a cancel func, as a holder that forgets it does, in a way go
+// vet's lostcancel accepts.
+func forget(context.CancelFunc) {}
