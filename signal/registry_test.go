@@ -51,6 +51,7 @@ type regModel struct {
 	ctxs    []*regContext
 	live    int
 	maxLive int
+	made    int // contexts registered: made while their parent was live
 	steps   int
 	err     error // the first difference from the model
 }
@@ -79,6 +80,7 @@ func (m *regModel) context(p *regParent, forget bool) *regContext {
 	m.ctxs = append(m.ctxs, rc)
 	if rc.live {
 		m.live++
+		m.made++
 		p.children = append(p.children, rc)
 		if err := ctx.Err(); err != nil {
 			m.fail(fmt.Errorf("a context of a live parent: Err() = %v, want nil", err))
@@ -130,7 +132,9 @@ func (m *regModel) fail(err error) {
 }
 
 // check compares the lease with the model after a step: the registrations
-// are at least the live contexts and at most twice the most live at once.
+// are at least the live contexts and at most twice the most live at once,
+// the slice that holds them has room for at most four times, and
+// compactions have looked at most at two entries per context registered.
 func (m *regModel) check() error {
 	m.steps++
 	if m.err != nil {
@@ -144,6 +148,15 @@ func (m *regModel) check() error {
 	if regs > 2*m.maxLive {
 		return fmt.Errorf("step %d: %d registrations with %d contexts live, at most %d live at once: want at most %d",
 			m.steps, regs, m.live, m.maxLive, 2*m.maxLive)
+	}
+	capacity, looks := signal.ContextSlots(m.c.Signal())
+	if capacity > 4*m.maxLive {
+		return fmt.Errorf("step %d: capacity for %d registrations with at most %d contexts live at once: want at most %d",
+			m.steps, capacity, m.maxLive, 4*m.maxLive)
+	}
+	if looks > 2*m.made {
+		return fmt.Errorf("step %d: compactions looked at %d entries for %d contexts registered: want at most %d",
+			m.steps, looks, m.made, 2*m.made)
 	}
 	return nil
 }
@@ -289,8 +302,10 @@ func TestContextPatternsHeapFlat(t *testing.T) {
 			sig := c.Signal()
 			server, endServer := context.WithCancel(context.Background())
 			defer endServer()
+			most, seen, made := 0, 0, 0 // the most contexts live at once, registrations, contexts made
 			for range p.long {
 				sig.Context(server) // cancel forgotten; live as long as the server
+				made++
 			}
 			rng := rand.New(rand.NewPCG(1, uint64(p.inFlight)))
 			type call struct {
@@ -298,15 +313,18 @@ func TestContextPatternsHeapFlat(t *testing.T) {
 				cancel context.CancelFunc
 			}
 			var flight []call
-			most, seen := 0, 0 // the most contexts live at once, and registrations
 			check := func() {
 				live := p.long + len(flight)
 				most = max(most, live)
 				regs := signal.Registrations(sig)
 				seen = max(seen, regs)
 				if regs < live || regs > 2*most {
-					t.Fatalf("%d registrations with %d contexts live, at most %d at once: want %d to %d",
-						regs, live, most, live, 2*most)
+					t.Fatalf("after %d contexts: %d registrations with %d contexts live, at most %d at once: want %d to %d",
+						made, regs, live, most, live, 2*most)
+				}
+				if capacity, looks := signal.ContextSlots(sig); capacity > 4*most || looks > 2*made {
+					t.Fatalf("after %d contexts, at most %d live at once: capacity %d, %d entries looked at: want at most %d and %d",
+						made, most, capacity, looks, 4*most, 2*made)
 				}
 			}
 			// Each request starts, then, if more than inFlight are in
@@ -315,6 +333,7 @@ func TestContextPatternsHeapFlat(t *testing.T) {
 				for range n {
 					req, end := context.WithCancel(context.Background())
 					_, cancel := sig.Context(req)
+					made++
 					flight = append(flight, call{end, cancel})
 					check()
 					if len(flight) > p.inFlight {

@@ -68,6 +68,7 @@ type registry struct {
 	// entry on average; docs/design.md argues it.
 	ctxs  []ctxEntry
 	limit int
+	looks int // entries compactions looked at, for tests of the bound
 }
 
 // A leaseContext is a lease's own context and the func that cancels it with
@@ -542,6 +543,7 @@ func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (int
 // or would use less than half of it, so the slice's capacity stays at most
 // twice the limit. It runs with the mutex held.
 func (r *registry) compactCtxs() {
+	r.looks += len(r.ctxs)
 	kept := r.ctxs[:0]
 	for _, e := range r.ctxs {
 		if e.cancel != nil && e.ctx.Err() == nil {
@@ -664,4 +666,16 @@ func (l *Lease) Registrations() int {
 		n++
 	}
 	return n
+}
+
+// ContextSlots returns the capacity of l's slice of contexts made from
+// parents other than Background, and how many entries its compactions have
+// looked at. Tests use them to check the bound argued in docs/design.md.
+func (l *Lease) ContextSlots() (capacity, looks int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.regs.load(); r != nil {
+		return cap(r.ctxs), r.looks
+	}
+	return 0, 0
 }
