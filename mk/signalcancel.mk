@@ -13,7 +13,11 @@ TEST_STEPS += test-signalcancel
 
 .PHONY: test-signalcancel lint-signalcancel
 
+# analysistest loads signalcancel/testdata, a module over this repository's
+# signal package, without the module proxy: what it requires is downloaded
+# first.
 test-signalcancel:
+	cd signalcancel/testdata && $(GO) mod download
 	cd signalcancel && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 lint: lint-signalcancel
