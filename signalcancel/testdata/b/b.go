@@ -1,6 +1,7 @@
-// Calls the analyzer must not report: a Context method of another type,
-// package context's own funcs (go vet's lostcancel reports those), and
-// main.main, whose return ends the process.
+// The cases of go vet's lostcancel testdata
+// (go/analysis/passes/lostcancel/testdata/src/b/b.go), with Signal.Context
+// in place of context.WithCancel, and a Context method of another type,
+// which the analyzer must not report.
 package main
 
 import (
@@ -23,10 +24,23 @@ func _() {
 	}
 }
 
+// Return from main is handled specially.
+// Since the program exits, there's no need to call cancel.
 func main() {
 	sig := controller.New("orders").Signal()
 	_, cancel := sig.Context(context.Background())
-	if false {
+	if maybe {
 		cancel()
 	}
 }
+
+func notMain() {
+	sig := controller.New("orders").Signal()
+	_, cancel := sig.Context(context.Background()) // want "cancel function.*not used"
+
+	if maybe {
+		cancel()
+	}
+} // want "return statement.*reached without using the cancel"
+
+var maybe bool
