@@ -89,9 +89,9 @@ func TestCollectable(t *testing.T) {
 		},
 		{
 			// The lease takes a context whose parent ended off when a later
-			// Context sweeps it (TestContextForgottenCancelHeapFlat in
-			// package signal holds a million).
-			name: "Context after its parent is cancelled, once another Context swept it",
+			// Context compacts the registrations (TestContextPatternsHeapFlat
+			// in package signal streams a million in each pattern).
+			name: "Context after its parent is cancelled, once another Context compacted it",
 			setup: func(t *testing.T) (weak.Pointer[payload], []any) {
 				c := controller.New("orders")
 				parent, cancelParent := context.WithCancel(context.Background())

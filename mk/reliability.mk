@@ -6,6 +6,8 @@
 STATICCHECK      ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 STRESS_HISTORIES ?= 100000
 STRESS_FORGOTTEN ?= 1000000
+STRESS_STREAMED  ?= 1000000
+STRESS_CHECKS    ?= 10000
 
 .PHONY: lint fuzz stress
 
@@ -20,10 +22,14 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzLease$$' -fuzztime=$(FUZZTIME) ./controller
 
 ## stress: under the race detector, STRESS_HISTORIES linearizability
-## histories, the full soak (100,000 leases) and STRESS_FORGOTTEN contexts
-## whose cancel is forgotten on one live lease; prints the figures.
+## histories, the full soak (100,000 leases), STRESS_FORGOTTEN contexts
+## whose cancel is forgotten on one live lease, STRESS_STREAMED contexts in
+## each server pattern of TestContextPatternsHeapFlat, and STRESS_CHECKS
+## rapid schedules of TestContextRegistrationsBound; prints the figures.
 stress:
 	$(GO) test -race -count=1 -timeout=30m -v -run='^(TestLinearizable|TestSoak)$$' ./controller \
 		-lin.histories=$(STRESS_HISTORIES) -soak
-	$(GO) test -race -count=1 -timeout=30m -v -run='^TestContextForgottenCancelHeapFlat$$' ./signal \
-		-forgotten=$(STRESS_FORGOTTEN)
+	$(GO) test -race -count=1 -timeout=30m -v -run='^(TestContextForgottenCancelHeapFlat|TestContextPatternsHeapFlat)$$' ./signal \
+		-forgotten=$(STRESS_FORGOTTEN) -streamed=$(STRESS_STREAMED)
+	$(GO) test -race -count=1 -timeout=30m -v -run='^TestContextRegistrationsBound$$' ./signal \
+		-rapid.checks=$(STRESS_CHECKS)

@@ -8,3 +8,8 @@ func Registrations(s *Signal) int { return s.l.Registrations() }
 // KeepsRegistry reports whether s's lease still holds a registry, its own
 // context included.
 func KeepsRegistry(s *Signal) bool { return s.l.KeepsRegistry() }
+
+// ContextSlots returns the capacity of the slice that holds s's contexts made
+// from parents other than Background, and how many entries its compactions
+// have looked at.
+func ContextSlots(s *Signal) (capacity, looks int) { return s.l.ContextSlots() }

@@ -68,7 +68,8 @@ func fromLease(l *core.Lease) *Signal { return (*Signal)(unsafe.Pointer(l)) }
 // after a loss return the same error value.
 //
 // Err is made to be called before every write: while the lease is held it is
-// one atomic load, inlined into the caller, and it never allocates. Once Err
+// one atomic load, inlined into the caller, and it never allocates, not even
+// when it meets a loss under way and waits for it to complete. Once Err
 // returns an error, the channel of Done is closed; once Done is closed, Err
 // returns the error.
 func (s *Signal) Err() error { return s.l.Err() }
@@ -122,14 +123,21 @@ func (s *Signal) AfterLoss(f func()) (stop func() bool) {
 // is complete: canceling it removes its registration from the signal.
 //
 // The memory a live signal holds stays bounded by the contexts made from it
-// that are live, even when a holder forgets cancel: a context whose parent
-// has ended is taken off the signal by the next calls to Context, each of
-// which looks at two earlier registrations and drops those already done, or
-// by the loss or the release. So a signal keeps at most about twice as many
-// registrations as the most contexts made from it that were live at once,
-// and a call to Context never adds more than one. A context made from
-// Background is a child of the signal's own context and costs what
-// [context.WithCancel] of a context costs.
+// that are live, even when a holder forgets cancel. A context made from a
+// parent other than Background or TODO is registered on the signal; once its
+// parent has ended, a later call to Context takes it off: when the
+// registrations reach a limit, the call drops those whose context is done
+// and sets the limit to twice the rest. So a signal keeps at most twice as
+// many such registrations as the most contexts made from it that were live
+// at once, and a call to Context looks at two of them on average; the call
+// that drops them looks at all of them. A context whose parent never ends is
+// live, and is kept until its cancel, the loss or the release.
+//
+// A context made from Background or TODO is a child of the signal's own
+// context, as [context.WithCancel] makes one, and costs what that costs. If
+// its cancel is forgotten, the signal keeps it (124 bytes) until the loss or
+// the release, as a context keeps a child whose cancel was forgotten until
+// the parent ends.
 //
 // Context panics if parent is nil.
 func (s *Signal) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {

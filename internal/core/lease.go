@@ -5,6 +5,7 @@ package core
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,14 +58,17 @@ type registry struct {
 	// children. Set once; Context reads it without the mutex.
 	ctx contextSlot
 
-	// ctxs are the contexts made from any other parent. A context whose
-	// parent ends is not taken off at once (that would need a registration
-	// on the parent for every context, three allocations): each new entry
-	// first sweeps two old ones and drops those already done, so that the
-	// entries number at most about twice the most contexts live at once,
-	// whatever holders forget.
+	// ctxs are the contexts made from any other parent, and the entries
+	// their cancels emptied. A context whose parent ends is not taken off
+	// at once (that would need a registration on the parent for every
+	// context, three allocations): when ctxs reaches limit, the next entry
+	// first compacts it, keeping the contexts still live, and sets limit to
+	// twice them. So ctxs never holds more than twice the most contexts
+	// live at once, whatever holders forget, for at most two looks per
+	// entry on average; docs/design.md argues it.
 	ctxs  []ctxEntry
-	sweep int // where the next sweep of ctxs looks
+	limit int
+	looks int // entries compactions looked at, for tests of the bound
 }
 
 // A leaseContext is a lease's own context and the func that cancels it with
@@ -75,7 +79,8 @@ type leaseContext struct {
 }
 
 // A ctxEntry is a context made from a parent other than Background, with the
-// func that cancels it with the loss.
+// func that cancels it with the loss; both are nil once its cancel took it
+// off in place (see dropCtx).
 type ctxEntry struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -163,11 +168,20 @@ func (l *Lease) errLosingOrEnded(s state) error {
 	return nil
 }
 
-// awaitLoss waits until the Lose under way has closed Done, which it does
-// just after writing the cause and without waiting for anything, and returns
-// the loss. The lease must be losing or lost.
+// awaitLoss waits until the Lose under way has closed Done, and returns the
+// loss. The lease must be losing or lost. It makes no channel, so that Err
+// never allocates: until that Lose has put a channel in done (it writes the
+// cause first, a few instructions, then either closes the channel a Done
+// call made or puts closedchan there), it yields; then it receives from that
+// channel, which Lose closes without waiting for anything.
 func (l *Lease) awaitLoss() *lost.Error {
-	<-l.Done()
+	for l.state.load() == stateLosing {
+		if c := l.loadDone(); c != nil {
+			<-c
+			break
+		}
+		runtime.Gosched()
+	}
 	return l.lossErr()
 }
 
@@ -249,6 +263,14 @@ func (l *Lease) lose(cause error) bool {
 		l.awaitLosing()
 		return false
 	}
+	l.completeLoss(cause)
+	return true
+}
+
+// completeLoss does the rest of the loss once lose has moved the state to
+// losing: it writes the cause, closes Done, moves the state to lost and fires
+// what is registered.
+func (l *Lease) completeLoss(cause error) {
 	l.setCause(cause)
 	// With no channel yet, closedchan takes its place, so that a racing
 	// makeDone finds it.
@@ -261,7 +283,6 @@ func (l *Lease) lose(cause error) bool {
 			r.fire(l.lossErr())
 		}
 	}
-	return true
 }
 
 // setCause writes the cause into l.err, leaving the subject alone: Subject
@@ -311,7 +332,9 @@ func (r *registry) fire(err *lost.Error) {
 		lc.cancel(err)
 	}
 	for i := range r.ctxs {
-		r.ctxs[i].cancel(err)
+		if cancel := r.ctxs[i].cancel; cancel != nil {
+			cancel(err)
+		}
 	}
 	r.ctxs = nil
 	for w := r.waiters; w != nil; {
@@ -504,51 +527,53 @@ func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (int
 		return 0, false
 	}
 	r, made := l.registry()
-	r.sweepCtxs()
+	if len(r.ctxs) >= r.limit {
+		r.compactCtxs()
+	}
 	r.ctxs = append(r.ctxs, ctxEntry{ctx, cancel})
 	i := len(r.ctxs) - 1 // read under the mutex, before unlockRegistered lets go of it
 	return i, l.unlockRegistered(made)
 }
 
-// sweepCtxs looks at the next two entries of r.ctxs and drops those whose
-// context is done, whether by its parent or by a cancel that found its entry
-// moved; it gives back memory once most entries are gone. It runs with the
-// mutex held.
-func (r *registry) sweepCtxs() {
-	for range 2 {
-		if len(r.ctxs) == 0 {
-			break
-		}
-		if r.sweep >= len(r.ctxs) {
-			r.sweep = 0
-		}
-		if r.ctxs[r.sweep].ctx.Err() != nil {
-			r.removeCtx(r.sweep)
-		} else {
-			r.sweep++
+// compactCtxs drops the entries of r.ctxs whose context is done or whose
+// cancel emptied them, keeping the others in their order, and sets the limit
+// of the next compaction to twice the entries kept (at least 1), so that the
+// appends before it number at least half the entries it will look at. It
+// makes a new slice when the kept entries would not fit under the new limit
+// or would use less than half of it, so the slice's capacity stays at most
+// twice the limit. It runs with the mutex held.
+func (r *registry) compactCtxs() {
+	r.looks += len(r.ctxs)
+	kept := r.ctxs[:0]
+	for _, e := range r.ctxs {
+		if e.cancel != nil && e.ctx.Err() == nil {
+			kept = append(kept, e)
 		}
 	}
-	if c := cap(r.ctxs); c > 64 && len(r.ctxs) < c/4 {
-		r.ctxs = append(make([]ctxEntry, 0, 2*len(r.ctxs)), r.ctxs...)
+	clear(r.ctxs[len(kept):]) // what the dropped entries held is garbage now
+	r.limit = max(2*len(kept), 1)
+	if c := cap(kept); c < r.limit || c > 2*r.limit {
+		kept = append(make([]ctxEntry, 0, r.limit), kept...)
 	}
-}
-
-// removeCtx takes entry i off r.ctxs, moving the last one into its place.
-func (r *registry) removeCtx(i int) {
-	last := len(r.ctxs) - 1
-	r.ctxs[i] = r.ctxs[last]
-	r.ctxs[last] = ctxEntry{}
-	r.ctxs = r.ctxs[:last]
+	r.ctxs = kept
 }
 
 // dropCtx takes the entry whose cancel func is cancel off the lease if it is
-// still at i; if a sweep moved it, the sweep will find its context done. The
-// entry is known by its cancel func, so that the func the holder keeps
-// captures one word less than the context would take.
+// still at i: off the end of the slice if it is the last, with any emptied
+// entries before it, or else emptied in place until the next compaction,
+// which moves entries and so may have moved it (then its context, cancelled
+// by the caller, is done, and the next compaction drops it). The entry is
+// known by its cancel func, so that the func the holder keeps captures one
+// word less than the context would take.
 func (l *Lease) dropCtx(i int, cancel context.CancelCauseFunc) {
 	l.mu.Lock()
 	if r := l.regs.load(); r != nil && i < len(r.ctxs) && sameFunc(r.ctxs[i].cancel, cancel) {
-		r.removeCtx(i)
+		r.ctxs[i] = ctxEntry{}
+		n := len(r.ctxs)
+		for n > 0 && r.ctxs[n-1].cancel == nil {
+			n--
+		}
+		r.ctxs = r.ctxs[:n]
 	}
 	l.mu.Unlock()
 }
@@ -641,4 +666,16 @@ func (l *Lease) Registrations() int {
 		n++
 	}
 	return n
+}
+
+// ContextSlots returns the capacity of l's slice of contexts made from
+// parents other than Background, and how many entries its compactions have
+// looked at. Tests use them to check the bound argued in docs/design.md.
+func (l *Lease) ContextSlots() (capacity, looks int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.regs.load(); r != nil {
+		return cap(r.ctxs), r.looks
+	}
+	return 0, 0
 }

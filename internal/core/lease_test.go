@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -61,4 +62,48 @@ func TestLoseTakesNoLockBeforeDone(t *testing.T) {
 		t.Error("Lose() = false, want true")
 	}
 	<-ran
+}
+
+// TestAwaitLossMakesNoChannel: an Err, Lose, End or stop that finds a loss
+// under way waits for it without making the Done channel, so Err never
+// allocates. With one P, the rest of the loss runs only once the call
+// yields, so the call finds the lease losing with no channel yet; a call
+// that waited through Done would make one, and the loss would close it
+// instead of putting the shared closedchan in place.
+func TestAwaitLossMakesNoChannel(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	cause := errors.New("the coordinator refused the claim")
+	calls := []struct {
+		name string
+		call func(l *Lease, stop func() bool) (lost bool)
+	}{
+		{"Err", func(l *Lease, _ func() bool) bool { return l.Err() != nil }},
+		{"Lose", func(l *Lease, _ func() bool) bool { return !l.Lose(errors.New("a later loss")) }},
+		{"End", func(l *Lease, _ func() bool) bool { return !l.End() }},
+		{"stop", func(_ *Lease, stop func() bool) bool { return !stop() }},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			l := New("orders")
+			ran := make(chan struct{})
+			stop := l.AfterLoss(func() { close(ran) })
+			if !l.state.cas(stateLive, stateLosing) {
+				t.Fatal("a new lease is not live")
+			}
+			go l.completeLoss(cause) // runs when the call below yields
+			if !c.call(l, stop) {
+				t.Errorf("%s on a losing lease reports it live", c.name)
+			}
+			if s := l.state.load(); s != stateLost {
+				t.Errorf("%s returned with the state %d, want lost (%d)", c.name, s, stateLost)
+			}
+			if l.loadDone() != closedchan {
+				t.Errorf("%s on a losing lease made a Done channel", c.name)
+			}
+			if err := l.Err(); !errors.Is(err, cause) {
+				t.Errorf("Err() = %v, want the loss", err)
+			}
+			<-ran
+		})
+	}
 }
