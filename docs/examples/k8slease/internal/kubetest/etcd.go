@@ -3,6 +3,7 @@ package kubetest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/grpclog"
 )
 
 // etcdServer is the etcd member under the apiserver, run inside this
@@ -53,7 +55,12 @@ func freeAddr() (string, error) {
 }
 
 // start starts etcd on its ports and data and returns once it serves.
+// quietGRPC keeps gRPC's own log, which etcd's clients inside this process
+// write to at every failed dial while etcd is stopped, out of test output.
+var quietGRPC sync.Once
+
 func (s *etcdServer) start() error {
+	quietGRPC.Do(func() { grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard)) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.e != nil {
