@@ -28,57 +28,66 @@ func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInte
 	}()
 	wait := time.NewTimer(0)
 	defer wait.Stop()
+	var sent time.Time // the send time of the last write that tried to take the Lease
 	for {
+		pause := c.RetryPeriod // until the next read, unless something wakes this candidate
 		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case ctx.Err() != nil:
 			return nil, time.Time{}, ctx.Err()
 		case apierrors.IsNotFound(err):
 			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}
-			sent := time.Now()
+			sent = time.Now()
 			setRecord(l, identity, c.durationSeconds(), sent, sent, 0)
 			got, err := leases.Create(ctx, l, metav1.CreateOptions{})
-			if err == nil {
+			switch {
+			case err == nil:
 				return got, sent, nil
-			}
-			if ctx.Err() != nil {
+			case ctx.Err() != nil:
 				c.giveUp(leases, name, identity, sent)
 				return nil, time.Time{}, ctx.Err()
-			}
-			if refused(err) {
+			case refused(err):
 				return nil, time.Time{}, err
+			case apierrors.IsAlreadyExists(err):
+				continue // made by someone else meanwhile: read it at once
 			}
-			continue // made by someone else meanwhile, or a failure: read again
+			cur = nil // a failure, or a namespace not there yet: read again after a pause
 		case err != nil:
 			if refused(err) {
 				return nil, time.Time{}, err
 			}
-			cur = nil // read again after a pause
+			cur = nil
 		}
 
 		if cur != nil {
+			// A write of this candidate's whose answer did not come, but
+			// which the apiserver applied, gave it the Lease.
+			if !sent.IsZero() && holder(cur) == identity && acquiredAt(cur, sent) && renewedAt(cur, sent) {
+				return cur, sent, nil
+			}
 			if cur.ResourceVersion != observed {
 				observed, observedAt = cur.ResourceVersion, time.Now()
 			}
 			expires := observedAt.Add(durationOf(cur))
 			if holder(cur) == "" || !time.Now().Before(expires) {
-				sent := time.Now()
+				sent = time.Now()
 				upd := cur.DeepCopy()
 				setRecord(upd, identity, c.durationSeconds(), sent, sent, transitionsOf(cur)+1)
 				got, err := leases.Update(ctx, upd, metav1.UpdateOptions{})
-				if err == nil {
+				switch {
+				case err == nil:
 					return got, sent, nil
-				}
-				if ctx.Err() != nil {
+				case ctx.Err() != nil:
 					c.giveUp(leases, name, identity, sent)
 					return nil, time.Time{}, ctx.Err()
-				}
-				if apierrors.IsConflict(err) {
+				case apierrors.IsConflict(err):
 					continue // someone wrote first: read again at once
-				}
-				if refused(err) {
+				case refused(err):
 					return nil, time.Time{}, err
 				}
+				// A failure: read again after the pause.
+			} else {
+				pause = min(pause, time.Until(expires))
 			}
 			if w == nil {
 				// Watched from the version read, so that no change after
@@ -93,24 +102,21 @@ func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInte
 					w = nil
 				}
 			}
-			wait.Reset(min(c.RetryPeriod, time.Until(expires)))
-		} else {
-			wait.Reset(c.RetryPeriod)
 		}
+		wait.Reset(pause)
 		select {
 		case <-ctx.Done():
 			return nil, time.Time{}, ctx.Err()
 		case <-wait.C:
 		case _, ok := <-changes:
+			wait.Stop()
 			if !ok {
+				// Ended by the apiserver: opened again at the next
+				// read, after a pause, so that a watch refused at once
+				// does not spin.
 				w.Stop()
 				w, changes = nil, nil
-			}
-			if !wait.Stop() {
-				select {
-				case <-wait.C:
-				default:
-				}
+				pauseFor(ctx, min(c.RetryPeriod, retryPause))
 			}
 		}
 	}

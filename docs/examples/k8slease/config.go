@@ -24,10 +24,11 @@ const MinLeaseDuration = 2 * time.Second
 // time.Second} alone is a working configuration too: every other field has
 // a default derived from LeaseDuration.
 //
-// All candidates for one Lease object, k8slease's and client-go's alike, must
+// Candidates for one Lease object, k8slease's and client-go's alike, should
 // use the same lease duration: a candidate takes the Lease over once the
 // record it observed has not changed for the record's leaseDurationSeconds,
-// which is the longest of the durations written into it.
+// which its holder wrote. A holder whose record is rewritten with a shorter
+// duration than its own, or none, is lost ([ErrTakenOver]).
 type Config struct {
 	// LeaseDuration is how long a candidate waits, from the moment it first
 	// sees a version of the record, before it takes the Lease over if that
@@ -36,7 +37,8 @@ type Config struct {
 	// [DefaultLeaseDuration]; less than [MinLeaseDuration] is refused.
 	LeaseDuration time.Duration
 
-	// RenewPeriod is the time between two renewals of a holder. Zero means
+	// RenewPeriod is the time between two renewals of a holder; from a
+	// second up, it is rounded down to whole seconds. Zero means
 	// LeaseDuration/6, at least a second: the renewal that moves the
 	// deadline is the first one of each whole second (see the package doc),
 	// so renewing more often than once a second costs writes and buys
@@ -52,7 +54,9 @@ type Config struct {
 	// candidate's over one lease duration (clocks kept by NTP differ by less
 	// than 0.05%, 7.5 ms over 15 s) and the delay between the deadline and
 	// the moment this process runs its timer (a scheduler's or garbage
-	// collector's pause: milliseconds, rarely tens). Zero means
+	// collector's pause: milliseconds, rarely tens). A suspended machine or
+	// a paused virtual machine stops the monotonic clock the deadline is
+	// kept on, and no margin covers that: the fencing token does. Zero means
 	// LeaseDuration/10, 200 ms of a 2 s lease, as etcdlease's default; a
 	// margin that leaves less than a quarter of the lease duration for a
 	// renewal's round trip is refused.
@@ -119,7 +123,7 @@ func Lock(ctx context.Context, cs kubernetes.Interface, namespace, name, identit
 	return Config{}.Lock(ctx, cs, namespace, name, identity)
 }
 
-// errBadArgs describes what is wrong with Lock's arguments, or returns nil.
+// checkArgs describes what is wrong with Lock's arguments, or returns nil.
 func checkArgs(cs kubernetes.Interface, namespace, name, identity string) error {
 	switch {
 	case cs == nil:

@@ -26,8 +26,15 @@
 //     refuses it for good ([ErrRefused]).
 //
 // No loss waits for a question to the apiserver, and the end of a watch, a
-// failed renewal or a reconnection is never taken for a loss: only the
-// deadline says that silence lasted too long.
+// renewal that timed out or met a reset, or a reconnection is never taken
+// for a loss: only the deadline says that silence lasted too long.
+//
+// The deadline keeps the holder ahead of every candidate that takes the
+// Lease over by the rule. A write from outside the rule, an operator's edit
+// or deletion of the Lease, frees it at once for candidates and holder
+// alike: the holder is lost as soon as its watch reports the write, and a
+// candidate may be granted as fast; only the token protects the resource
+// there.
 //
 // Each cause is wrapped with what the apiserver reported and reaches the
 // holder inside a lost.Error: errors.Is(sig.Err(), k8slease.ErrTakenOver)

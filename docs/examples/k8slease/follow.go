@@ -114,10 +114,12 @@ func (l *Lease) relist(ctx context.Context) (string, bool) {
 	return got.ResourceVersion, true
 }
 
-// notOurs reports whether the record names another holder than this lease:
-// another identity, none, or this identity acquired at another time.
+// notOurs reports whether the record no longer stands for this lease: it
+// names another holder (another identity, none, or this identity acquired
+// at another time), or a shorter lease duration than this holder wrote,
+// after which a candidate may take it over before this holder's deadline.
 func (l *Lease) notOurs(got *coordinationv1.Lease) bool {
-	return holder(got) != l.identity || !acquiredAt(got, l.acquired)
+	return holder(got) != l.identity || !acquiredAt(got, l.acquired) || durationOf(got) < l.cfg.LeaseDuration
 }
 
 // pauseFor waits d or until ctx ends.

@@ -52,10 +52,12 @@ type Lease struct {
 // Lease, so a release is taken at once.
 //
 // identity must be unique among the candidates: a record that names this
-// identity is taken as another holder's, and waited out. ctx bounds the
-// wait only; a Lock it cuts leaves no goroutine behind, and gives up the
-// Lease if the write that took it was already sent. The lease lasts until
-// it is lost or [Lease.Unlock] is called.
+// identity is taken as another holder's, and waited out, unless it is this
+// Lock's own write whose answer did not come. ctx bounds the wait only; a
+// Lock it cuts leaves no goroutine behind, and tries to give up the Lease
+// if the write that took it was already sent. The lease lasts until it is
+// lost or [Lease.Unlock] is called; a write whose answer came after its
+// deadline gives a lease already lost.
 func (c Config) Lock(ctx context.Context, cs kubernetes.Interface, namespace, name, identity string) (*Lease, error) {
 	if err := checkArgs(cs, namespace, name, identity); err != nil {
 		return nil, fmt.Errorf("k8slease: lock %s/%s: %w", namespace, name, err)

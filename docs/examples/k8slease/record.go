@@ -71,7 +71,7 @@ func describe(l *coordinationv1.Lease) string {
 	if l.Spec.RenewTime != nil {
 		renew = clock(l.Spec.RenewTime.Time)
 	}
-	return fmt.Sprintf("holder %q, renewed %s, resourceVersion %s", holder(l), renew, l.ResourceVersion)
+	return fmt.Sprintf("holder %q, lease duration %v, renewed %s, resourceVersion %s", holder(l), durationOf(l), renew, l.ResourceVersion)
 }
 
 func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }

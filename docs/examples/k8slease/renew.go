@@ -105,5 +105,7 @@ func (l *Lease) reread(ctx context.Context, sent []time.Time) (*coordinationv1.L
 
 // refused reports whether err is a refusal that no retry mends.
 func refused(err error) bool {
-	return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+	// 401 is left to the deadline: a token being rotated answers it for a
+	// while.
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
 }
