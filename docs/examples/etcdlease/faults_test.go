@@ -47,7 +47,19 @@ const (
 	// cluster of its own.
 	perHolderAtOnce = 8
 	clustersAtOnce  = 3
+	// peerGrace is how long A′ is still watched after B′'s grant: etcd's
+	// Session ends at most a TTL after the last answer it received, checked
+	// once a second, so one that has not ended two TTLs after B′'s grant
+	// was told nothing; the trial records it as not lost.
+	peerGrace = 2 * faultTTL * time.Second
+	// peerCycle is the time between two renewals of A′'s session: etcd's
+	// client sends one a third of the TTL after each answer, on its next
+	// tick of 500 ms, which at a TTL of 2 s is a second after the last send.
+	peerCycle = time.Second
 )
+
+// peerName says what A′ is, for the line under the table.
+const peerName = "etcd's own `concurrency.Mutex` on a `concurrency.Session` of the same TTL, lost when `Session.Done()` closes"
 
 // When a fault starts within the lease's renewal cycle.
 type phase int
@@ -67,7 +79,9 @@ type holderFault struct {
 }
 
 // trial is one run of a fault: holder A, through its own proxy to member
-// a, and holder B, waiting for the same lock on member b.
+// a, and holder B, waiting for the same lock on member b; beside them, A′,
+// a plain etcd Mutex on a session of A's TTL through the same proxy, and
+// B′, waiting for A′'s lock on member b.
 type trial struct {
 	t       *testing.T
 	key     string
@@ -75,11 +89,20 @@ type trial struct {
 	cliA    *clientv3.Client
 	sA      *concurrency.Session
 	a       *etcdlease.Lease
-	op      *clientv3.Client // B's client, also used as an operator's
+	op      *clientv3.Client // B's and B′'s client, also used as an operator's
 	sB      *concurrency.Session
 	bc      chan granted
 	stamp   *faulttrial.Stamp
 	faultAt time.Time
+
+	cliP        *clientv3.Client // A′'s client, through pa
+	sP          *concurrency.Session
+	mP          *concurrency.Mutex
+	qc          chan peerGranted // B′'s Lock
+	stopBPeer   context.CancelFunc
+	pStamp      *faulttrial.Stamp
+	peerFaultAt time.Time
+	pRenewals   *renewals
 }
 
 // granted is the result of B's Lock and the time it returned.
@@ -87,6 +110,59 @@ type granted struct {
 	l   *etcdlease.Lease
 	err error
 	at  time.Time
+}
+
+// peerGranted is the result of B′'s Lock and the time it returned.
+type peerGranted struct {
+	m   *concurrency.Mutex
+	err error
+	at  time.Time
+}
+
+// renewals keeps the time of the last answer etcd gave to a renewal of a
+// session's etcd lease, seen through a second keep-alive channel of the
+// same lease, which sends nothing of its own.
+type renewals struct {
+	mu     sync.Mutex
+	last   time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// watchRenewals starts keeping the answers to s's renewals. The session's
+// keep-alive must be running: a keep-alive of a lease the client no longer
+// renews would renew it.
+func watchRenewals(t *testing.T, s *concurrency.Session) *renewals {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	answers, err := s.Client().KeepAlive(ctx, s.Lease())
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	r := &renewals{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for range answers {
+			r.mu.Lock()
+			r.last = time.Now()
+			r.mu.Unlock()
+		}
+	}()
+	return r
+}
+
+// at returns the time of the last answer.
+func (r *renewals) at() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// stop stops keeping the answers.
+func (r *renewals) stop() {
+	r.cancel()
+	<-r.done
 }
 
 func faultClient(t *testing.T, endpoint string) *clientv3.Client {
@@ -112,98 +188,173 @@ func faultSession(t *testing.T, cli *clientv3.Client, ttl int) *concurrency.Sess
 }
 
 // startTrial makes A hold key through a proxy to member a of c and B wait
-// for it on member b, and returns once B's key is in etcd.
+// for it on member b, and A′ hold key+"-peer" through the same proxy and B′
+// wait for it on member b, and returns once B's and B′'s keys are in etcd.
 func startTrial(t *testing.T, c *etcdtest.Cluster, a, b int, key string) *trial {
 	t.Helper()
 	pa, err := faultnet.Listen(c.Members[a].Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &trial{t: t, key: key, pa: pa, bc: make(chan granted, 1)}
+	tr := &trial{t: t, key: key, pa: pa, bc: make(chan granted, 1), qc: make(chan peerGranted, 1)}
+	fail := func(err error) {
+		t.Helper()
+		tr.close()
+		t.Fatal(err)
+	}
 	tr.cliA = faultClient(t, pa.Addr())
+	tr.cliP = faultClient(t, pa.Addr())
 	tr.op = faultClient(t, c.Members[b].Endpoint())
 	tr.sA = faultSession(t, tr.cliA, faultTTL)
-	// B's session outlives the elections a cluster fault causes: its TTL
-	// does not change when etcd grants B the lock, A's does.
+	tr.sP = faultSession(t, tr.cliP, faultTTL)
+	tr.pRenewals = watchRenewals(t, tr.sP)
+	// B's and B′'s sessions outlive the elections a cluster fault causes:
+	// their TTL does not change when etcd grants them the lock, A's does.
 	tr.sB = faultSession(t, tr.op, 5*faultTTL)
+	sQ := faultSession(t, tr.op, 5*faultTTL)
 	if tr.a, err = etcdlease.Lock(t.Context(), tr.sA, key); err != nil {
-		tr.cliA.Close()
-		tr.op.Close()
-		pa.Close()
-		t.Fatal(err)
+		fail(err)
+	}
+	tr.mP = concurrency.NewMutex(tr.sP, peerKey(key))
+	if err := tr.mP.Lock(t.Context()); err != nil {
+		tr.mP = nil
+		fail(err)
 	}
 	go func() {
 		l, err := etcdlease.Lock(context.Background(), tr.sB, key)
 		tr.bc <- granted{l, err, time.Now()}
 	}()
-	for {
-		resp, err := tr.op.Get(t.Context(), key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			tr.close()
-			t.Fatal(err)
+	ctx, cancel := context.WithCancel(context.Background())
+	tr.stopBPeer = cancel // B and B′ wait from here on
+	go func() {
+		m := concurrency.NewMutex(sQ, peerKey(key))
+		err := m.Lock(ctx)
+		tr.qc <- peerGranted{m, err, time.Now()}
+	}()
+	// A member that stopped answering fails the trial rather than hang it.
+	getCtx, stopGets := context.WithTimeout(t.Context(), grantBound)
+	defer stopGets()
+	for _, prefix := range []string{key + "/", peerKey(key) + "/"} {
+		for {
+			resp, err := tr.op.Get(getCtx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				fail(err)
+			}
+			if resp.Count >= 2 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		if resp.Count >= 2 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	tr.stamp = faulttrial.StampWhen(tr.a.Signal().Done())
+	tr.pStamp = faulttrial.StampWhen(tr.sP.Done())
 	return tr
 }
 
-// align waits for the moment p of A's renewal cycle: etcd has just
-// confirmed a renewal, or the next one is about to be sent.
+// peerKey is the name of A′'s lock in the trial of key: another prefix, so
+// that its keys and A's never count as each other's.
+func peerKey(key string) string { return key + "-peer" }
+
+// align waits for the moment p of A's renewal cycle, and of A′'s as near
+// as the two cycles allow: etcd has just confirmed a renewal, or the next
+// one is about to be sent.
+//
+// A renews TTL/6 after the send of its last renewal; etcd's client renews
+// A′ a third of the TTL after each answer, on a tick of 500 ms, which
+// makes a cycle of peerCycle, three of A's. So after an answer to A′, A's
+// next answer comes within the first third of A′'s cycle, and exactly one
+// of A's next sends falls in its last third: the fault comes right after
+// that answer of A's, or right before that send.
 func (tr *trial) align(p phase) {
-	prev := etcdlease.RenewedAt(tr.a)
-	for etcdlease.RenewedAt(tr.a).Equal(prev) && tr.a.Signal().Err() == nil {
-		time.Sleep(time.Millisecond)
-	}
-	if p == beforeRenewal {
+	tr.alignPeer()
+	answeredP := tr.pRenewals.at()
+	for {
+		prev := etcdlease.RenewedAt(tr.a)
+		for etcdlease.RenewedAt(tr.a).Equal(prev) && tr.a.Signal().Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		if p == afterRenewal || tr.a.Signal().Err() != nil {
+			return
+		}
 		next := etcdlease.RenewedAt(tr.a).Add(faultTTL * time.Second / 6)
-		time.Sleep(time.Until(next.Add(-15 * time.Millisecond)))
+		if next.Sub(answeredP) >= peerCycle*2/3 {
+			time.Sleep(time.Until(next.Add(-15 * time.Millisecond)))
+			return
+		}
 	}
 }
 
-// fault records the time and starts the fault.
+// alignPeer waits for etcd's next answer to a renewal of A′'s session, or
+// for the session's end.
+func (tr *trial) alignPeer() {
+	prev := tr.pRenewals.at()
+	for tr.pRenewals.at().Equal(prev) {
+		select {
+		case <-tr.sP.Done():
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// fault records the time and starts the fault, for A and A′ at once; an
+// apply that reaches A′ after A sets tr.peerFaultAt itself.
 func (tr *trial) fault(apply func(*trial)) {
 	tr.faultAt = time.Now()
+	tr.peerFaultAt = tr.faultAt
 	apply(tr)
 }
 
-// outcome waits as want requires and returns what the trial showed. A grant
-// of B after the wait does not count.
+// outcome waits as want requires and returns what the trial showed, A′'s
+// figures with A's. A grant of B or B′ after the wait does not count.
+//
+// A benign fault's trial watches the whole window. Any other waits for B's
+// grant, and for A's loss even after B's grant: a loss after the grant is
+// an overlap to measure, not a loss that never came; so for B′ and A′, but
+// A′ is watched for at most peerGrace after B′'s grant. With
+// stopWaitingAtLoss, no grant is waited for.
 func (tr *trial) outcome(want faulttrial.Want, stopWaitingAtLoss bool) faulttrial.Trial {
-	var g granted
-	var got bool
+	var (
+		g                granted
+		q                peerGranted
+		got, gotQ        bool
+		aLost, pLost     = tr.a.Signal().Done(), tr.sP.Done()
+		bc, qc           = tr.bc, tr.qc
+		grace            <-chan time.Time
+		aSeen, pSeen     bool
+		graceOver, ended bool
+	)
+	window := grantBound
 	if want == faulttrial.NoLoss {
-		timer := time.NewTimer(benignWindow)
+		window = benignWindow
+	}
+	timer := time.NewTimer(window)
+	defer timer.Stop()
+	for !ended {
+		if want != faulttrial.NoLoss &&
+			aSeen && (got || stopWaitingAtLoss) &&
+			(pSeen || graceOver) && (gotQ || stopWaitingAtLoss) {
+			break
+		}
 		select {
-		case g = <-tr.bc:
-			got = true
-		case <-timer.C:
-		}
-		timer.Stop()
-	} else {
-		// Wait for B's grant, and for A's loss even after B's grant: a
-		// loss after the grant is an overlap to measure, not a loss that
-		// never came.
-		timer := time.NewTimer(grantBound)
-		lost := tr.a.Signal().Done()
-	wait:
-		for !got || lost != nil {
-			select {
-			case g = <-tr.bc:
-				got = true
-			case <-lost:
-				lost = nil
-				if stopWaitingAtLoss {
-					break wait
-				}
-			case <-timer.C:
-				break wait
+		case g = <-bc:
+			got, bc = true, nil
+		case q = <-qc:
+			gotQ, qc = true, nil
+			if !pSeen {
+				graceTimer := time.NewTimer(peerGrace)
+				defer graceTimer.Stop()
+				grace = graceTimer.C
 			}
+		case <-aLost:
+			aSeen, aLost = true, nil
+		case <-pLost:
+			pSeen, pLost = true, nil
+		case <-grace:
+			graceOver, grace = true, nil
+		case <-timer.C:
+			ended = true
 		}
-		timer.Stop()
 	}
 	var res faulttrial.Trial
 	if got {
@@ -223,35 +374,83 @@ func (tr *trial) outcome(want faulttrial.Want, stopWaitingAtLoss bool) faulttria
 			res.Overlap = at.Sub(g.at)
 		}
 	}
+	res.Peer = &faulttrial.Peer{}
+	if gotQ {
+		if q.err != nil {
+			res.Peer.Unrecorded = fmt.Sprintf("B′'s Lock: %v", q.err)
+		} else {
+			res.Peer.Granted = true
+			tr.qc <- q // for close to release
+		}
+	}
+	if at, ok := tr.pStamp.Stop(); ok {
+		res.Peer.Lost = true
+		res.Peer.Detection = at.Sub(tr.peerFaultAt)
+		if res.Peer.Granted {
+			res.Peer.Overlap = at.Sub(q.at)
+		}
+	}
 	return res
 }
 
-// close heals A's proxy, releases both holders and closes the clients.
+// release calls unlock, an Unlock, bounded: a release that cannot reach
+// etcd leaves the key to its session's end.
+func release(unlock func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	unlock(ctx)
+}
+
+// close heals A's proxy, releases the holders and closes the clients; it
+// closes what startTrial made before it failed.
 func (tr *trial) close() {
 	tr.pa.Heal()
 	tr.pa.Cut()
-	if tr.stamp != nil {
-		tr.stamp.Stop()
+	for _, s := range []*faulttrial.Stamp{tr.stamp, tr.pStamp} {
+		if s != nil {
+			s.Stop()
+		}
 	}
 	if tr.a != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		tr.a.Unlock(ctx)
-		cancel()
+		release(tr.a.Unlock)
 	}
-	// B's Lock returns once A's key is gone, or with an error once its
-	// client closes.
-	tr.cliA.Close()
-	select {
-	case g := <-tr.bc:
-		if g.err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			g.l.Unlock(ctx)
-			cancel()
+	if tr.mP != nil {
+		release(tr.mP.Unlock)
+	}
+	if tr.pRenewals != nil {
+		tr.pRenewals.stop()
+	}
+	// B's Lock returns once A's key is gone, B′'s once A′'s is; B's
+	// returns with an error once its client closes, B′'s once its
+	// context is cancelled.
+	for _, c := range []*clientv3.Client{tr.cliA, tr.cliP} {
+		if c != nil {
+			c.Close()
 		}
+	}
+	if tr.stopBPeer != nil {
+		select {
+		case g := <-tr.bc:
+			if g.err == nil {
+				release(g.l.Unlock)
+			}
+		case <-time.After(grantBound):
+			tr.op.Close()
+			<-tr.bc
+		}
+		select {
+		case q := <-tr.qc:
+			if q.err == nil {
+				release(q.m.Unlock)
+			}
+		case <-time.After(grantBound):
+			tr.stopBPeer()
+			<-tr.qc
+		}
+		tr.stopBPeer()
+	}
+	if tr.op != nil {
 		tr.op.Close()
-	case <-time.After(grantBound):
-		tr.op.Close()
-		<-tr.bc
 	}
 	tr.pa.Close()
 }
@@ -281,15 +480,23 @@ func holderFaults() []holderFault {
 			func(tr *trial) { tr.pa.Cut() }},
 		holderFault{faulttrial.Fault{Name: fmt.Sprintf("latency %v each way (round trip %v), for two TTLs", *benignLatency, 2**benignLatency),
 			Want: faulttrial.NoLoss}, alternate, delay(*benignLatency)},
+		// A′'s session is revoked right after A's, each with its own
+		// fault time; the two keys are deleted in one transaction.
 		holderFault{faulttrial.Fault{Name: "A's session revoked", Want: faulttrial.Raced}, alternate,
 			func(tr *trial) {
 				if _, err := tr.op.Revoke(context.Background(), tr.sA.Lease()); err != nil {
 					tr.t.Error(err)
 				}
+				tr.peerFaultAt = time.Now()
+				if _, err := tr.op.Revoke(context.Background(), tr.sP.Lease()); err != nil {
+					tr.t.Error(err)
+				}
 			}},
 		holderFault{faulttrial.Fault{Name: "A's key deleted", Want: faulttrial.Raced}, alternate,
 			func(tr *trial) {
-				if _, err := tr.op.Delete(context.Background(), tr.a.Key()); err != nil {
+				if _, err := tr.op.Txn(context.Background()).
+					Then(clientv3.OpDelete(tr.a.Key()), clientv3.OpDelete(tr.mP.Key())).
+					Commit(); err != nil {
 					tr.t.Error(err)
 				}
 			}},
@@ -338,10 +545,12 @@ func clusterFaults() []clusterFault {
 
 // TestFaults runs each fault *faultTrials times and checks every trial: A
 // is lost no later than B is granted whenever A hears nothing, and a benign
-// fault loses nothing. With -faults.readme, it writes the table of the
-// trials into that README.
+// fault loses nothing. Beside A, each trial records A′, etcd's own Mutex
+// on a Session, through the same fault, with its own waiting B′: its
+// figures are measured, not checked, but a trial without them fails. With
+// -faults.readme, it writes the table of the trials into that README.
 func TestFaults(t *testing.T) {
-	var book faulttrial.Book
+	book := faulttrial.Book{Peer: peerName}
 	t.Run("holder", func(t *testing.T) {
 		t.Parallel()
 		c := startCluster(t)
