@@ -38,9 +38,7 @@ func primaryAndStandby(t *testing.T, subject string) (primary, standby *pgtest.S
 	}
 	cfg = fast
 	cfg.Fence = pgx.Identifier{"lease_tokens"}
-	la = lock(t, cfg, connect(t, primary, primary.Addr()), subject)
-	// Before its connection is closed (cleanups run last first): Unlock
-	// waits for the lease's reader, which uses the connection.
+	la = lock(t, cfg, newPool(t, primary, primary.Addr()), subject)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
@@ -73,6 +71,7 @@ func TestLockRefusedOnStandby(t *testing.T) {
 	t.Parallel()
 	_, standby, la, _ := primaryAndStandby(t, "orders")
 	c := connect(t, standby, standby.Addr())
+	pool := newPool(t, standby, standby.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	// What Lock would be given: the standby grants the lock A holds.
@@ -83,7 +82,7 @@ func TestLockRefusedOnStandby(t *testing.T) {
 	if _, err := c.Exec(ctx, "select pg_advisory_unlock($1::bigint)", pglease.Key("orders")); err != nil {
 		t.Fatal(err)
 	}
-	lb, err := fast.Lock(ctx, c, "orders")
+	lb, err := fast.Lock(ctx, pool, "orders")
 	if !errors.Is(err, pglease.ErrStandby) {
 		if lb != nil {
 			lb.Unlock(ctx)
@@ -113,7 +112,7 @@ func TestFailoverToStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := connect(t, standby, standby.Addr())
-	lb := lock(t, cfg, connect(t, standby, standby.Addr()), "orders")
+	lb := lock(t, cfg, newPool(t, standby, standby.Addr()), "orders")
 	if lb.Token() <= la.Token() {
 		t.Errorf("B's Token() on the promoted standby = %d, want more than A's %d", lb.Token(), la.Token())
 	}
@@ -147,7 +146,7 @@ func TestFailoverWithOldPrimaryAlive(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), fast.Deadline)
 	defer cancel()
-	if lb, err := cfg.Lock(ctx, connect(t, standby, standby.Addr()), "orders"); err == nil ||
+	if lb, err := cfg.Lock(ctx, newPool(t, standby, standby.Addr()), "orders"); err == nil ||
 		!strings.Contains(err.Error(), "another lease of this process held the lock") {
 		if lb != nil {
 			unlock(t, lb)
