@@ -2,8 +2,10 @@
 # that the library never depends on a database driver. Its tests, its demo
 # and its fault trials start real PostgreSQL servers from the binaries of the
 # Debian package postgresql (initdb into a temporary folder, a loopback
-# port); pg-deps installs the package when it is missing and the targets run
-# as root with apt-get, and fails naming it otherwise. No target is part of
+# port), and PgBouncer from the Debian package pgbouncer in front of them;
+# both run as the user postgres (or nobody) when the tests run as root.
+# pg-deps installs the packages when they are missing and the targets run as
+# root with apt-get, and fails naming them otherwise. No target is part of
 # `make test`: .ci/run calls `make e2e` after it.
 
 PG_EXAMPLE := docs/examples/pglease
@@ -46,10 +48,10 @@ e2e-pg: pg-deps
 demo-pg: pg-deps
 	cd $(PG_EXAMPLE) && PGBIN=$(PG_BIN) PGBOUNCER=$(PGBOUNCER) $(GO) run ./demo
 
-## faults-pg: the issue's goal trials (50 terminates, 20 shutdowns of each
-## mode, 200 same-process takeovers, 30 of each other fault), without the
-## race detector, whose slowness is not the lease's; checks the goals and
-## writes the table into the example's README.
+## faults-pg: the goal trials (50 terminates, 20 shutdowns of each mode,
+## 200 same-process takeovers, 30 of each other fault) and 1,000 tries of
+## the caller's misuse, without the race detector, whose slowness is not the
+## lease's; checks the goals and writes the table into the example's README.
 faults-pg: pg-deps
-	cd $(PG_EXAMPLE) && PGBIN=$(PG_BIN) PGBOUNCER=$(PGBOUNCER) $(GO) test -count=1 -timeout 30m -run '^TestFaults$$' -v . \
-		-pg.goals -pg.readme=README.md
+	cd $(PG_EXAMPLE) && PGBIN=$(PG_BIN) PGBOUNCER=$(PGBOUNCER) $(GO) test -count=1 -timeout 30m -run '^(TestFaults|TestCallerMisuse)$$' -v . \
+		-pg.goals -pg.readme=README.md -pg.misuse=1000
