@@ -423,6 +423,7 @@ func sameProcessTrial(t *testing.T, admin *pgx.Conn, subject string) faulttrial.
 	pool := dialPool(t, server, server.Addr())
 	defer pool.Close()
 	a := lock(t, fast, pool, subject)
+	defer a.Unlock(context.Background()) // the loss's error; releases a lease a failed trial left live
 	aPID := holder(t, admin, a.Key())
 	stamp := faulttrial.StampWhen(a.Signal().Done())
 	type result struct {
@@ -432,14 +433,17 @@ func sameProcessTrial(t *testing.T, admin *pgx.Conn, subject string) faulttrial.
 		aLost bool // A's Err was set when B's Lock returned
 	}
 	ch := make(chan result, 1)
+	bc := make(chan granted, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
 		b, err := fast.Lock(ctx, pool, subject)
 		at := time.Now()
-		ch <- result{b, err, at, a.Signal().Err() != nil}
+		aLost := a.Signal().Err() != nil
+		bc <- granted{b, err, at}
+		ch <- result{b, err, at, aLost}
 	}()
-	waitWaiting(t, admin, a.Key())
+	waitWaitingOr(t, admin, a.Key(), bc)
 	terminate(t, admin, aPID)
 	at := time.Now()
 	var res result

@@ -83,8 +83,39 @@ func lockAsync(t testing.TB, admin *pgx.Conn, cfg pglease.Config, pool *pgxpool.
 		l, err := cfg.Lock(ctx, pool, subject)
 		ch <- granted{l, err, time.Now()}
 	}()
-	waitWaiting(t, admin, cfg.Key(subject))
+	waitWaitingOr(t, admin, cfg.Key(subject), ch)
 	return ch
+}
+
+// waitWaitingOr returns once a backend waits for the advisory lock of key,
+// and fails the test if the Lock that should wait returns on ch first; its
+// lease, if it was granted, is released.
+func waitWaitingOr(t testing.TB, admin *pgx.Conn, key int64, ch <-chan granted) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		var n int
+		err := admin.QueryRow(context.Background(),
+			"select count(*) from pg_locks where not granted and "+keyCond(key)).Scan(&n)
+		if err != nil {
+			t.Fatalf("read pg_locks: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case g := <-ch:
+			if g.lease != nil {
+				g.lease.Unlock(context.Background())
+			}
+			t.Fatalf("Lock returned (%v) before it waited for the lock %d", g.err, key)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no backend waits for the lock %d after %v", key, waitTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // keyCond is the pg_locks condition for the advisory lock of key.

@@ -180,7 +180,7 @@ func TestLockCutByContext(t *testing.T) {
 	unlock(t, la)
 	lb := lock(t, fast, pool, "cut")
 	unlock(t, lb)
-	if n := advisoryLocks(t, admin); n != 0 {
+	if n := keyLocks(t, admin, la.Key()); n != 0 {
 		t.Errorf("%d advisory locks left, want 0", n)
 	}
 }

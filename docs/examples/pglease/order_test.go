@@ -99,7 +99,7 @@ func TestMutualExclusion(t *testing.T) {
 	if n := total.Load(); n != holders*rounds {
 		t.Errorf("%d grants, want %d", n, holders*rounds)
 	}
-	if n := advisoryLocks(t, admin); n != 0 {
+	if n := keyLocks(t, admin, pglease.Key("exclusive")); n != 0 {
 		t.Errorf("%d advisory locks left, want 0", n)
 	}
 }
@@ -179,7 +179,7 @@ func TestLockWaitsForTheProcesssLease(t *testing.T) {
 	if _, err := fast.Lock(cctx, b, "recorded"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock while the process's lease is live = %v, want context.DeadlineExceeded", err)
 	}
-	if n := advisoryLocks(t, admin); n != 0 {
+	if n := keyLocks(t, admin, key); n != 0 {
 		t.Errorf("%d advisory locks after the cut Lock, want 0", n)
 	}
 	var ended atomic.Bool
