@@ -127,19 +127,25 @@ func keyCond(key int64) string {
 // waitWaiting returns once a backend waits for the advisory lock of key.
 func waitWaiting(t testing.TB, admin *pgx.Conn, key int64) {
 	t.Helper()
+	waitWaitingOr(t, admin, key, nil)
+}
+
+// waitRowWait returns once a session waits for another's transaction, as a
+// write waits for the holder of a row's lock.
+func waitRowWait(t testing.TB, admin *pgx.Conn) {
+	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
 		var n int
-		err := admin.QueryRow(context.Background(),
-			"select count(*) from pg_locks where not granted and "+keyCond(key)).Scan(&n)
-		if err != nil {
+		if err := admin.QueryRow(context.Background(),
+			"select count(*) from pg_locks where locktype = 'transactionid' and not granted").Scan(&n); err != nil {
 			t.Fatalf("read pg_locks: %v", err)
 		}
 		if n > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no backend waits for the lock %d after %v", key, waitTimeout)
+			t.Fatalf("no session waits for a row after %v", waitTimeout)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -247,20 +247,7 @@ func TestLockCutAtEachStep(t *testing.T) {
 		done <- err
 	}()
 	other := connect(t, server, server.Addr())
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		var n int
-		if err := other.QueryRow(ctx, "select count(*) from pg_locks where locktype = 'transactionid' and not granted").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Lock does not wait for the row after %v", waitTimeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitRowWait(t, other)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock cut while waiting for the row = %v, want context.Canceled", err)

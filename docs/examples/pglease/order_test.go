@@ -230,20 +230,7 @@ func TestFenceWaitsForWrite(t *testing.T) {
 	waitLost(t, la)
 	// B holds the lock and waits for the write's transaction on the
 	// token's row.
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		var n int
-		if err := admin.QueryRow(ctx, "select count(*) from pg_locks where locktype = 'transactionid' and not granted").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B does not wait for the write's transaction after %v", waitTimeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitRowWait(t, admin)
 	// The write's transaction outlasts a deadline: the wait for the token
 	// is a wait for the grant, and does not count against the lease.
 	time.Sleep(fast.Deadline + fast.Deadline/2)

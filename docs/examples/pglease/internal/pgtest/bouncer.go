@@ -1,7 +1,6 @@
 package pgtest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,9 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // BouncerBin is the PgBouncer binary; the environment variable PGBOUNCER
@@ -105,40 +101,19 @@ logfile = %s
 	}
 	cmd := exec.Command(bouncerBin(), conf)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.srv.cred, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	exited, err := start(cmd)
+	if err != nil {
 		return fmt.Errorf("pgtest: start pgbouncer: %w", err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
 	b.mu.Lock()
 	b.cmd, b.exited = cmd, exited
 	b.mu.Unlock()
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := pgx.Connect(ctx, b.srv.ConnString(b.Addr()))
-		cancel()
-		if err == nil {
-			c.Close(context.Background())
-			return nil
-		}
-		select {
-		case <-exited:
-			b.mu.Lock()
-			b.cmd = nil
-			b.mu.Unlock()
-			log, _ := os.ReadFile(filepath.Join(b.dir, "log"))
-			return fmt.Errorf("pgtest: pgbouncer exited: %s", log)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			b.Close()
-			return fmt.Errorf("pgtest: pgbouncer not ready after %v: %w", readyTimeout, err)
-		}
+	if err := waitReady(b.srv.ConnString(b.Addr()), exited); err != nil {
+		log, _ := os.ReadFile(filepath.Join(b.dir, "log"))
+		b.stop()
+		return fmt.Errorf("pgtest: pgbouncer: %w: %s", err, log)
 	}
+	return nil
 }
 
 // Addr returns the PgBouncer's TCP address.
@@ -157,19 +132,26 @@ func (b *Bouncer) PID() int {
 // Close stops the PgBouncer at once (SIGKILL, which also ends a stopped
 // one) and removes its folder. Successive calls do nothing.
 func (b *Bouncer) Close() error {
+	err := b.stop()
+	if rerr := os.RemoveAll(b.dir); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// stop kills the PgBouncer if it runs and waits for it to exit.
+func (b *Bouncer) stop() error {
 	b.mu.Lock()
 	cmd, exited := b.cmd, b.exited
 	b.cmd = nil
 	b.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
 	var err error
-	if cmd != nil {
-		if kerr := cmd.Process.Kill(); kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {
-			err = fmt.Errorf("pgtest: kill pgbouncer: %w", kerr)
-		}
-		<-exited
+	if kerr := cmd.Process.Kill(); kerr != nil && !errors.Is(kerr, os.ErrProcessDone) {
+		err = fmt.Errorf("pgtest: kill pgbouncer: %w", kerr)
 	}
-	if rerr := os.RemoveAll(b.dir); err == nil {
-		err = rerr
-	}
+	<-exited
 	return err
 }
