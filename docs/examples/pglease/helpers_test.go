@@ -207,16 +207,6 @@ func waitBackendGone(t testing.TB, admin *pgx.Conn, pid uint32) {
 	}
 }
 
-// advisoryLocks returns how many advisory locks the server holds or waits for.
-func advisoryLocks(t testing.TB, admin *pgx.Conn) int {
-	t.Helper()
-	var n int
-	if err := admin.QueryRow(context.Background(), "select count(*) from pg_locks where locktype = 'advisory'").Scan(&n); err != nil {
-		t.Fatalf("read pg_locks: %v", err)
-	}
-	return n
-}
-
 // terminate ends backend pid with pg_terminate_backend.
 func terminate(t testing.TB, admin *pgx.Conn, pid uint32) {
 	t.Helper()
