@@ -22,10 +22,10 @@ func TestLostWhenBackendsCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	own, other := connect(t, s, s.Addr()), connect(t, s, s.Addr())
-	lOwn := lock(t, fast, own, "own backend killed")
-	lOther := lock(t, fast, other, "another backend killed")
-	if err := syscall.Kill(int(own.PgConn().PID()), syscall.SIGKILL); err != nil {
+	admin, pool := connect(t, s, s.Addr()), newPool(t, s, s.Addr())
+	lOwn := lock(t, fast, pool, "own backend killed")
+	lOther := lock(t, fast, pool, "another backend killed")
+	if err := syscall.Kill(int(holder(t, admin, lOwn.Key())), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitLost(t, lOwn); !isLost(err, pglease.ErrConnLost) {
@@ -45,30 +45,26 @@ func TestLostWhenBackendsCrash(t *testing.T) {
 // socket, where the TCP timeouts do not apply: idle_session_timeout alone
 // bounds the server's drop of a silent session.
 func TestLockThroughUnixSocket(t *testing.T) {
-	c := connect(t, server, server.Socket())
-	l := lock(t, fast, c, "over a socket")
+	admin := connect(t, server, server.Addr())
+	l := lock(t, fast, newPool(t, server, server.Socket()), "over a socket")
 	unlock(t, l)
-	var one int
-	if err := c.QueryRow(context.Background(), "select 1").Scan(&one); err != nil {
-		t.Errorf("conn not usable after Unlock: %v", err)
+	if n := keyLocks(t, admin, l.Key()); n != 0 {
+		t.Errorf("%d sessions hold the lock after Unlock, want 0", n)
 	}
 }
 
 // TestSmartShutdownWaits starts a smart shutdown while a lease is held: the
 // server waits for the sessions to end and frees nothing, so the lease stays
 // live through several deadlines; once it is released and its connection
-// closed, the shutdown completes.
+// closed with its session, the shutdown completes.
 func TestSmartShutdownWaits(t *testing.T) {
 	s, err := pgtest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	c, err := s.Connect(context.Background(), s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := lock(t, fast, c, "smart")
+	pool := newPool(t, s, s.Addr())
+	l := lock(t, fast, pool, "smart")
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Stop("smart") }()
 	time.Sleep(3 * fast.Deadline)
@@ -81,7 +77,7 @@ func TestSmartShutdownWaits(t *testing.T) {
 	default:
 	}
 	unlock(t, l)
-	c.Close(context.Background())
+	pool.Close()
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}

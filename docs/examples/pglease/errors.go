@@ -40,3 +40,25 @@ var (
 // standby: a lease taken there could be held while another holder has the
 // same lock on the primary. Lock on the primary.
 var ErrStandby = errors.New("pglease: the server is a standby in recovery, whose advisory locks are not the primary's")
+
+// ErrPooled is returned by Lock, wrapped, when the connection reaches the
+// server through a pooler and [Config.SessionPooler] is not set: the
+// process id the connection reported at startup is not its session's
+// pg_backend_pid(). A pooler in transaction or statement mode hands one
+// server session to several clients in turn, and a session lock taken
+// through it is held by whichever client's statements reach that session
+// next, or by none: two holders, both told nothing. Lock then changes
+// nothing in the session and takes no lock. Connect the pool directly, or
+// through a pooler in session mode and set Config.SessionPooler.
+//
+// With SessionPooler set, ErrPooled reports that a statement of Lock or a
+// heartbeat was answered by another server process than the session's: a
+// lease live at that moment is lost with it.
+var ErrPooled = errors.New("pglease: the connection goes through a pooler that may share its session")
+
+// ErrSessionEnded is wrapped by the error of [Lease.Unlock] when it could
+// not release the lock with pg_advisory_unlock and ended the lease's
+// session instead, which frees the lock: at once when the server sees the
+// connection close, and at the latest ServerTimeout after it last heard
+// from the session.
+var ErrSessionEnded = errors.New("pglease: the lock was not released; the session was ended instead, which frees it")

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/zukhruf/lease/docs/examples/pglease"
 )
 
@@ -12,12 +14,12 @@ import (
 // operator terminates the session's backend.
 func ExampleLock() {
 	ctx := context.Background()
-	conn, err := server.Connect(ctx, server.Addr()) // a *pgx.Conn
+	pool, err := pgxpool.New(ctx, server.ConnString(server.Addr()))
 	if err != nil {
 		panic(err)
 	}
-	defer conn.Close(ctx)
-	l, err := pglease.Lock(ctx, conn, "orders")
+	defer pool.Close()
+	l, err := pglease.Lock(ctx, pool, "orders") // the lease takes a connection of its own
 	if err != nil {
 		panic(err)
 	}
@@ -25,7 +27,7 @@ func ExampleLock() {
 	sig := l.Signal()
 	fmt.Println("holding: Err() =", sig.Err())
 
-	terminateBackend(conn.PgConn().PID()) // pg_terminate_backend, from another session
+	terminateHolder(pool, l.Key()) // pg_terminate_backend of the lock's holder, from another session
 
 	<-sig.Done()
 	fmt.Println(sig.Err())
@@ -36,41 +38,54 @@ func ExampleLock() {
 	// terminated: true
 }
 
-// Unlock ends the lease before it releases the lock: the signal is never
-// lost, and the connection is the holder's again.
+// Unlock ends the lease before it releases the lock, then closes the
+// lease's session: the signal is never lost. Its error must be checked: nil
+// means that pg_advisory_unlock released the lock.
 func ExampleLease_Unlock() {
 	ctx := context.Background()
-	conn, err := server.Connect(ctx, server.Addr())
+	pool, err := pgxpool.New(ctx, server.ConnString(server.Addr()))
 	if err != nil {
 		panic(err)
 	}
-	defer conn.Close(ctx)
-	l, err := pglease.Lock(ctx, conn, "orders")
+	defer pool.Close()
+	l, err := pglease.Lock(ctx, pool, "orders")
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("Unlock:", l.Unlock(ctx))
 	fmt.Println("Err() after the release:", l.Signal().Err())
 	var held bool
-	if err := conn.QueryRow(ctx, "select exists (select from pg_locks where locktype = 'advisory' and pid = pg_backend_pid())").Scan(&held); err != nil {
+	if err := pool.QueryRow(ctx, "select exists (select from pg_locks where locktype = 'advisory')").Scan(&held); err != nil {
 		panic(err)
 	}
-	fmt.Println("the session holds an advisory lock:", held)
+	fmt.Println("the server holds an advisory lock:", held)
 	// Output:
 	// Unlock: <nil>
 	// Err() after the release: <nil>
-	// the session holds an advisory lock: false
+	// the server holds an advisory lock: false
 }
 
-// terminateBackend ends backend pid from a session of its own.
-func terminateBackend(pid uint32) {
-	ctx := context.Background()
-	admin, err := server.Connect(ctx, server.Addr())
+// A Config that keys the subject with a secret, for subjects taken from
+// users: without the secret, nobody can pick two subjects that share a
+// lock.
+func ExampleConfig_Key() {
+	cfg := pglease.Config{Secret: []byte("from the deployment's secret store")}
+	a, b := "subj-66f0332ec10e249a", "subj-cbf1f9e95cb1a442"
+	fmt.Println("unkeyed, one lock:", pglease.Key(a) == pglease.Key(b))
+	fmt.Println("keyed, one lock:", cfg.Key(a) == cfg.Key(b))
+	// Output:
+	// unkeyed, one lock: true
+	// keyed, one lock: false
+}
+
+// terminateHolder ends the backend that holds the lock of key, from a
+// session of the pool.
+func terminateHolder(pool *pgxpool.Pool, key int64) {
+	u := uint64(key)
+	_, err := pool.Exec(context.Background(), "select pg_terminate_backend(pid) from pg_locks "+
+		"where locktype = 'advisory' and granted and classid = $1 and objid = $2 and objsubid = 1",
+		uint32(u>>32), uint32(u))
 	if err != nil {
-		panic(err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "select pg_terminate_backend($1)", int32(pid)); err != nil {
 		panic(err)
 	}
 }

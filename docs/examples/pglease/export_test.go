@@ -6,6 +6,20 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// The steps of Lock, for SetStepHook.
+const (
+	StepAcquire  = stepAcquire
+	StepCheck    = stepCheck
+	StepSettings = stepSettings
+	StepWait     = stepWait
+	StepClaim    = stepClaim
+	StepFence    = stepFence
+)
+
+// SetStepHook makes Lock call f before each of its steps, with its context;
+// nil removes it. It must not be called while a Lock runs.
+func SetStepHook(f func(ctx context.Context, step string)) { stepHook = f }
+
 // SetTimeouts sets the session timeouts that Lock sets for a lease of cfg,
 // without taking a lock.
 func SetTimeouts(ctx context.Context, conn *pgx.Conn, cfg Config) error {
@@ -13,8 +27,11 @@ func SetTimeouts(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = prepare(ctx, conn, c, 0)
-	return err
+	s := newSession(conn, c.Deadline)
+	if _, err := s.check(ctx, c, 0); err != nil {
+		return err
+	}
+	return s.set(ctx, c)
 }
 
 // Claim records a live lease of this process on the lock of key in conn's

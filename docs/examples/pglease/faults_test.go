@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/zukhruf/lease/docs/examples/pglease"
 	"github.com/zukhruf/lease/docs/examples/pglease/internal/pgtest"
@@ -101,7 +102,7 @@ func TestFaults(t *testing.T) {
 		apply    func(t *testing.T, r *trial)
 		cause    error
 	}{
-		{fTerminate, "terminate", 50, 5, false, func(t *testing.T, r *trial) { terminate(t, admin, r.aConn.PgConn().PID()) }, pglease.ErrTerminated},
+		{fTerminate, "terminate", 50, 5, false, func(t *testing.T, r *trial) { terminate(t, admin, r.aPID) }, pglease.ErrTerminated},
 		{fCut, "cut", 30, 3, true, func(*testing.T, *trial) { proxy.Cut() }, pglease.ErrConnLost},
 		{fSilent, "silent", 30, 3, true, func(*testing.T, *trial) { proxy.Drop(faultnet.Both) }, pglease.ErrUnresponsive},
 		// The server still hears A's heartbeats and keeps the session: B
@@ -136,7 +137,7 @@ func TestFaults(t *testing.T) {
 	t.Run("stopped", func(t *testing.T) {
 		for i := range trials(30, 3) {
 			r := startTrial(t, server, server.Addr(), admin, fast, fmt.Sprintf("stopped-%d", i))
-			pid := int(r.aConn.PgConn().PID())
+			pid := int(r.aPID)
 			r.fault(func() {
 				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 					t.Fatalf("SIGSTOP backend %d: %v", pid, err)
@@ -236,7 +237,8 @@ func yesNo(b bool) string {
 // A trial is holder A with a lease on its own connection, and B waiting
 // for the same lock with a plain pg_advisory_lock on another.
 type trial struct {
-	aConn *pgx.Conn
+	aPool *pgxpool.Pool
+	aPID  uint32 // A's backend
 	a     *pglease.Lease
 	b     *waiter
 	stamp *faulttrial.Stamp
@@ -247,8 +249,9 @@ type trial struct {
 // startTrial takes A's lease through addr and starts B's wait.
 func startTrial(t *testing.T, s *pgtest.Server, addr string, admin *pgx.Conn, cfg pglease.Config, subject string) *trial {
 	t.Helper()
-	r := &trial{aConn: dial(t, s, addr)}
-	r.a = lock(t, cfg, r.aConn, subject)
+	r := &trial{aPool: dialPool(t, s, addr)}
+	r.a = lock(t, cfg, r.aPool, subject)
+	r.aPID = holder(t, admin, r.a.Key())
 	r.b = startWaiter(t, s, admin, r.a.Key())
 	r.stamp = faulttrial.StampWhen(r.a.Signal().Done())
 	return r
@@ -334,7 +337,7 @@ func (r *trial) close(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	r.a.Unlock(ctx) // the loss's error, or nil after a benign fault
-	r.aConn.Close(ctx)
+	r.aPool.Close()
 	r.b.close(t)
 }
 
@@ -348,6 +351,16 @@ func dial(t *testing.T, s *pgtest.Server, addr string) *pgx.Conn {
 		t.Fatalf("connect: %v", err)
 	}
 	return c
+}
+
+// dialPool returns a pool of connections through addr; the caller closes it.
+func dialPool(t *testing.T, s *pgtest.Server, addr string) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), s.ConnString(addr))
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	return p
 }
 
 // A waiter is holder B in another process's place: it waits for the lock
@@ -370,7 +383,7 @@ func startWaiter(t *testing.T, s *pgtest.Server, admin *pgx.Conn, key int64) *wa
 		_, w.err = w.conn.Exec(context.Background(), "select pg_advisory_lock($1::bigint)", key)
 		w.at = time.Now()
 	}()
-	waitWaiting(t, admin, w.conn.PgConn().PID())
+	waitWaiting(t, admin, key)
 	return w
 }
 
@@ -407,10 +420,11 @@ func (w *waiter) close(t *testing.T) {
 // waits: B's Lock must not return before A's signal is lost.
 func sameProcessTrial(t *testing.T, admin *pgx.Conn, subject string) faulttrial.Trial {
 	t.Helper()
-	aConn, bConn := dial(t, server, server.Addr()), dial(t, server, server.Addr())
-	defer aConn.Close(context.Background())
-	defer bConn.Close(context.Background())
-	a := lock(t, fast, aConn, subject)
+	pool := dialPool(t, server, server.Addr())
+	defer pool.Close()
+	a := lock(t, fast, pool, subject)
+	defer a.Unlock(context.Background()) // the loss's error; releases a lease a failed trial left live
+	aPID := holder(t, admin, a.Key())
 	stamp := faulttrial.StampWhen(a.Signal().Done())
 	type result struct {
 		b     *pglease.Lease
@@ -419,15 +433,18 @@ func sameProcessTrial(t *testing.T, admin *pgx.Conn, subject string) faulttrial.
 		aLost bool // A's Err was set when B's Lock returned
 	}
 	ch := make(chan result, 1)
+	bc := make(chan granted, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
-		b, err := fast.Lock(ctx, bConn, subject)
+		b, err := fast.Lock(ctx, pool, subject)
 		at := time.Now()
-		ch <- result{b, err, at, a.Signal().Err() != nil}
+		aLost := a.Signal().Err() != nil
+		bc <- granted{b, err, at}
+		ch <- result{b, err, at, aLost}
 	}()
-	waitWaiting(t, admin, bConn.PgConn().PID())
-	terminate(t, admin, aConn.PgConn().PID())
+	waitWaitingOr(t, admin, a.Key(), bc)
+	terminate(t, admin, aPID)
 	at := time.Now()
 	var res result
 	select {
@@ -489,9 +506,9 @@ func shutdownTrial(t *testing.T, s *pgtest.Server, mode, subject string, causes 
 // plain pg_advisory_lock. A's cause must be one of causes.
 func stopTrial(t *testing.T, from *pgtest.Server, stop func() error, to *pgtest.Server, up func() error, subject string, causes []error) faulttrial.Trial {
 	t.Helper()
-	aConn := dial(t, from, from.Addr())
-	defer aConn.Close(context.Background())
-	a := lock(t, fast, aConn, subject)
+	aPool := dialPool(t, from, from.Addr())
+	defer aPool.Close()
+	a := lock(t, fast, aPool, subject)
 	stamp := faulttrial.StampWhen(a.Signal().Done())
 	at := time.Now() // the fault begins: pg_ctl starts
 	if err := stop(); err != nil {

@@ -12,9 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// syncMsg is the heartbeat: a protocol Sync message, which the server answers
-// with ReadyForQuery whatever the session is doing between statements.
-var syncMsg = []byte{'S', 0, 0, 0, 4}
+// heartbeat is the heartbeat message: the simple query select
+// pg_backend_pid(), which the server answers with the session's process id
+// and ReadyForQuery.
+var heartbeat = func() []byte {
+	q := "select pg_backend_pid()\x00"
+	n := 4 + len(q)
+	return append([]byte{'Q', byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}, q...)
+}()
 
 // closeTimeout bounds the close of a lost lease's connection.
 const closeTimeout = time.Second
@@ -60,10 +65,8 @@ func (l *Lease) keep() {
 			// A write blocks only when the socket's buffer is full; the
 			// deadline keeps it from holding up the deadline's check.
 			l.nc.SetWriteDeadline(time.Now().Add(l.cfg.Heartbeat))
-			if _, err := l.nc.Write(syncMsg); err != nil {
-				if !l.lose(fmt.Errorf("%w: send a heartbeat: %w", ErrConnLost, err)) {
-					l.breaks(err)
-				}
+			if _, err := l.nc.Write(heartbeat); err != nil {
+				l.lose(fmt.Errorf("%w: send a heartbeat: %w", ErrConnLost, err))
 				return
 			}
 		}
@@ -71,32 +74,35 @@ func (l *Lease) keep() {
 }
 
 // follow keeps a read pending on the connection and loses the lease on a
-// FATAL error, an immediate shutdown's warning or the end of the connection;
-// it records each heartbeat's confirmation. It returns at the loss, or when
-// Unlock stops it once the heartbeats in flight are answered.
+// FATAL error, an immediate shutdown's warning, the end of the connection,
+// or a heartbeat answered by another server process; it records each
+// heartbeat's confirmation. It returns at the loss, or when Unlock stops it
+// once the heartbeats in flight are answered or its wait for them ends.
 func (l *Lease) follow() {
 	defer close(l.read)
-	pc := l.conn.PgConn()
+	pc := l.s.pc
 	for {
 		msg, err := pc.ReceiveMessage(context.Background())
 		if err != nil {
 			l.mu.Lock()
-			stopping, inFlight := l.stopping, len(l.sent)
+			stopping := l.stopping
 			l.mu.Unlock()
 			var netErr net.Error
 			if stopping && errors.As(err, &netErr) && netErr.Timeout() && l.ctrl.Signal().Err() == nil {
-				if inFlight > 0 {
-					l.breaks(fmt.Errorf("%d heartbeats not answered before the release's context ended", inFlight))
-				}
-				return
+				return // Unlock ended the read; it counts the replies missing
 			}
-			if !l.lose(causeOf(err)) {
-				l.breaks(err)
-			}
-			l.close(pc)
+			l.lose(causeOf(err))
+			l.close()
 			return
 		}
 		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			if len(m.Values) != 1 || pid(m.Values[0]) != l.s.backend {
+				l.lose(fmt.Errorf("%w: a heartbeat was answered by server process %q, the lease's is %d",
+					ErrPooled, m.Values, l.s.backend))
+				l.close()
+				return
+			}
 		case *pgproto3.ReadyForQuery:
 			l.mu.Lock()
 			if len(l.sent) > 0 {
@@ -115,20 +121,17 @@ func (l *Lease) follow() {
 			// announced as a WARNING, then the connection ends.
 			pgErr := pgconn.ErrorResponseToPgError((*pgproto3.ErrorResponse)(m))
 			if shutdown(pgErr) {
-				if !l.lose(fmt.Errorf("%w: %w", ErrShutdown, pgErr)) {
-					l.breaks(pgErr)
-				}
-				l.close(pc)
+				l.lose(fmt.Errorf("%w: %w", ErrShutdown, pgErr))
+				l.close()
 				return
 			}
 		case *pgproto3.ErrorResponse:
 			// A connection whose OnPgError keeps it open after a FATAL
-			// error hands the error here rather than as a failure.
-			pgErr := pgconn.ErrorResponseToPgError(m)
-			if !l.lose(causeOf(pgErr)) {
-				l.breaks(pgErr)
-			}
-			l.close(pc)
+			// error hands the error here rather than as a failure; an error
+			// in reply to a heartbeat leaves the session in doubt all the
+			// same.
+			l.lose(causeOf(pgconn.ErrorResponseToPgError(m)))
+			l.close()
 			return
 		}
 	}
@@ -146,26 +149,6 @@ func (l *Lease) lose(cause error) bool {
 	l.quitOnce.Do(func() { close(l.quit) })
 	l.nc.SetDeadline(time.Unix(1, 0))
 	return true
-}
-
-// breaks records that the connection cannot be handed back to the holder.
-func (l *Lease) breaks(err error) {
-	l.mu.Lock()
-	if l.broken == nil {
-		l.broken = err
-	}
-	l.mu.Unlock()
-}
-
-// close closes a lost lease's connection, which ends its session if the
-// server did not.
-func (l *Lease) close(pc *pgconn.PgConn) {
-	if l.ctrl.Signal().Err() == nil {
-		return // released: Unlock closes it
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	pc.Close(ctx)
 }
 
 // causeOf returns the cause of a loss that ended the pending read with err.

@@ -7,20 +7,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/zukhruf/lease/docs/examples/pglease"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/lost"
 )
 
+// subjects are subjects whose keys the tests compare with SQL's: among them
+// ones that are not valid UTF-8 or hold a NUL byte, which a text parameter
+// refuses.
+var subjects = []string{"", "orders", "/locks/orders", "ünïcode ✓", strings.Repeat("x", 1000), "\xff\xfe not UTF-8", "a\x00b"}
+
 func TestKeyMatchesSQL(t *testing.T) {
 	admin := connect(t, server, server.Addr())
-	for _, subject := range []string{"", "orders", "/locks/orders", "ünïcode ✓", strings.Repeat("x", 1000)} {
+	for _, subject := range subjects {
 		var got int64
-		if err := admin.QueryRow(context.Background(), "select "+pglease.KeySQL, subject).Scan(&got); err != nil {
-			t.Fatal(err)
+		if err := admin.QueryRow(context.Background(), "select "+pglease.KeySQL, []byte(subject)).Scan(&got); err != nil {
+			t.Fatalf("KeySQL(%q): %v", subject, err)
 		}
 		if want := pglease.Key(subject); got != want {
 			t.Errorf("KeySQL(%q) = %d, Key = %d", subject, got, want)
@@ -28,54 +34,80 @@ func TestKeyMatchesSQL(t *testing.T) {
 	}
 }
 
+func TestKeyedMatchesSQL(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	if _, err := admin.Exec(context.Background(), "create extension if not exists pgcrypto"); err != nil {
+		t.Fatalf("create extension pgcrypto: %v", err)
+	}
+	cfg := pglease.Config{Secret: []byte("a secret of the deployment")}
+	for _, subject := range subjects {
+		var got int64
+		if err := admin.QueryRow(context.Background(), "select "+pglease.KeyedSQL, []byte(subject), cfg.Secret).Scan(&got); err != nil {
+			t.Fatalf("KeyedSQL(%q): %v", subject, err)
+		}
+		if want := cfg.Key(subject); got != want {
+			t.Errorf("KeyedSQL(%q) = %d, Config.Key = %d", subject, got, want)
+		}
+		if got == pglease.Key(subject) {
+			t.Errorf("Config.Key(%q) with a secret = Key(%q)", subject, subject)
+		}
+	}
+}
+
+// TestKeyCollision: two subjects that share a 64-bit key, found by search,
+// share one lock; with a secret they do not.
+func TestKeyCollision(t *testing.T) {
+	a, b := "subj-66f0332ec10e249a", "subj-cbf1f9e95cb1a442"
+	if pglease.Key(a) != pglease.Key(b) {
+		t.Fatalf("Key(%q) = %d, Key(%q) = %d: want the documented collision", a, pglease.Key(a), b, pglease.Key(b))
+	}
+	cfg := pglease.Config{Secret: []byte("s")}
+	if cfg.Key(a) == cfg.Key(b) {
+		t.Errorf("Config{Secret}.Key(%q) = Config{Secret}.Key(%q) = %d", a, b, cfg.Key(a))
+	}
+	if (pglease.Config{}).Key(a) != pglease.Key(a) {
+		t.Errorf("Config{}.Key(%q) = %d, want Key's %d", a, (pglease.Config{}).Key(a), pglease.Key(a))
+	}
+}
+
 func TestLockUnlock(t *testing.T) {
 	admin := connect(t, server, server.Addr())
-	c := connect(t, server, server.Addr())
-	if _, err := c.Exec(context.Background(), "set idle_session_timeout = '1h'"); err != nil {
-		t.Fatal(err)
-	}
-	l := lock(t, fast, c, "orders")
-	if l.Key() != pglease.Key("orders") {
-		t.Errorf("Key() = %d, want %d", l.Key(), pglease.Key("orders"))
-	}
-	var pid int32
-	if err := admin.QueryRow(context.Background(),
-		"select pid from pg_locks where locktype = 'advisory' and granted and ((classid::bigint << 32) | objid::bigint) = $1 and objsubid = 1",
-		l.Key()).Scan(&pid); err != nil {
-		t.Fatalf("the lock is not in pg_locks: %v", err)
-	}
-	if uint32(pid) != c.PgConn().PID() {
-		t.Errorf("lock held by backend %d, want %d", pid, c.PgConn().PID())
-	}
-	time.Sleep(3 * fast.Deadline) // heartbeats keep it: many deadlines pass, and the server timeout
-	if err := l.Signal().Err(); err != nil {
-		t.Fatalf("Err() = %v after three deadlines of heartbeats, want nil", err)
-	}
-	unlock(t, l)
-	if n := advisoryLocks(t, admin); n != 0 {
-		t.Errorf("%d advisory locks after Unlock, want 0", n)
-	}
-	var timeout string
-	if err := c.QueryRow(context.Background(), "show idle_session_timeout").Scan(&timeout); err != nil {
-		t.Fatalf("conn not usable after Unlock: %v", err)
-	}
-	if timeout != "1h" {
-		t.Errorf("idle_session_timeout = %q after Unlock, want the holder's 1h", timeout)
-	}
-	if err := l.Unlock(context.Background()); err != nil {
-		t.Errorf("second Unlock = %v, want the first's nil", err)
-	}
-	if err := l.Signal().Err(); err != nil {
-		t.Errorf("Err() = %v after Unlock, want nil", err)
+	pool := newPool(t, server, server.Addr())
+	for _, subject := range []string{"orders", "\xff\xfe not UTF-8", "a\x00b"} {
+		l := lock(t, fast, pool, subject)
+		if l.Key() != pglease.Key(subject) {
+			t.Errorf("Key() = %d, want %d", l.Key(), pglease.Key(subject))
+		}
+		pid := holder(t, admin, l.Key())
+		if n := pool.Stat().TotalConns(); n != 0 {
+			t.Errorf("the pool counts %d connections while the lease holds its own, want 0", n)
+		}
+		if subject == "orders" {
+			time.Sleep(3 * fast.Deadline) // heartbeats keep it: many deadlines pass, and the server timeout
+		}
+		if err := l.Signal().Err(); err != nil {
+			t.Fatalf("Err() = %v while held, want nil", err)
+		}
+		unlock(t, l)
+		if n := keyLocks(t, admin, l.Key()); n != 0 {
+			t.Errorf("%d advisory locks after Unlock, want 0", n)
+		}
+		waitBackendGone(t, admin, pid)
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Errorf("second Unlock = %v, want the first's nil", err)
+		}
+		if err := l.Signal().Err(); err != nil {
+			t.Errorf("Err() = %v after Unlock, want nil", err)
+		}
 	}
 }
 
 func TestLostWhenTerminated(t *testing.T) {
 	admin := connect(t, server, server.Addr())
-	a, b := connect(t, server, server.Addr()), connect(t, server, server.Addr())
-	la := lock(t, fast, a, "terminated")
-	ch := lockAsync(t, server, admin, fast, b, "terminated")
-	terminate(t, admin, a.PgConn().PID())
+	pool := newPool(t, server, server.Addr())
+	la := lock(t, fast, pool, "terminated")
+	ch := lockAsync(t, admin, fast, pool, "terminated")
+	terminate(t, admin, holder(t, admin, la.Key()))
 	err := waitLost(t, la)
 	if !isLost(err, pglease.ErrTerminated) {
 		t.Errorf("Err() = %v, want ErrTerminated", err)
@@ -94,26 +126,24 @@ func TestLostWhenTerminated(t *testing.T) {
 	if err := la.Unlock(context.Background()); !isLost(err, pglease.ErrTerminated) {
 		t.Errorf("A's Unlock = %v, want the loss", err)
 	}
-	if !a.IsClosed() {
-		t.Errorf("A's conn is open after the loss, want closed")
-	}
 	unlock(t, g.lease)
 }
 
-func TestUnlockThenTerminateNeverLost(t *testing.T) {
+// TestUnlockNeverLost releases a lease and then waits two deadlines: the
+// release closed the session, and nothing reaches the signal, its context
+// or its callback.
+func TestUnlockNeverLost(t *testing.T) {
 	admin := connect(t, server, server.Addr())
-	c := connect(t, server, server.Addr())
-	l := lock(t, fast, c, "released")
+	pool := newPool(t, server, server.Addr())
+	l := lock(t, fast, pool, "released")
+	pid := holder(t, admin, l.Key())
 	sig := l.Signal()
 	ctx, cancel := sig.Context(context.Background())
 	defer cancel()
 	ran := make(chan struct{})
 	sig.AfterLoss(func() { close(ran) })
 	unlock(t, l)
-	terminate(t, admin, c.PgConn().PID())
-	if _, err := c.Exec(context.Background(), "select 1"); err == nil {
-		t.Fatal("the terminated backend still answers")
-	}
+	waitBackendGone(t, admin, pid)
 	time.Sleep(2 * fast.Deadline) // the deadline too would have passed
 	if err := sig.Err(); err != nil {
 		t.Errorf("Err() = %v, want nil", err)
@@ -131,45 +161,108 @@ func TestUnlockThenTerminateNeverLost(t *testing.T) {
 
 func TestLockCutByContext(t *testing.T) {
 	admin := connect(t, server, server.Addr())
-	a, b := connect(t, server, server.Addr()), connect(t, server, server.Addr())
-	la := lock(t, fast, a, "cut")
+	pool := newPool(t, server, server.Addr())
+	la := lock(t, fast, pool, "cut")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := fast.Lock(ctx, b, "cut")
+		_, err := fast.Lock(ctx, pool, "cut")
 		done <- err
 	}()
-	waitWaiting(t, admin, b.PgConn().PID())
+	waitWaiting(t, admin, la.Key())
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock = %v, want context.Canceled", err)
 	}
-	var waiting int
-	if err := admin.QueryRow(context.Background(),
-		"select count(*) from pg_locks where locktype = 'advisory' and not granted").Scan(&waiting); err != nil {
-		t.Fatal(err)
-	}
-	if waiting != 0 {
-		t.Errorf("%d waiters left on the server, want 0", waiting)
-	}
-	var one int
-	if err := b.QueryRow(context.Background(), "select 1").Scan(&one); err != nil {
-		t.Errorf("B's conn not usable after the cut wait: %v", err)
+	if n := keyLocks(t, admin, la.Key()); n != 1 {
+		t.Errorf("%d sessions hold or wait for the lock after the cut wait, want A's 1", n)
 	}
 	unlock(t, la)
-	lb := lock(t, fast, b, "cut")
+	lb := lock(t, fast, pool, "cut")
 	unlock(t, lb)
-	if n := advisoryLocks(t, admin); n != 0 {
+	if n := keyLocks(t, admin, la.Key()); n != 0 {
 		t.Errorf("%d advisory locks left, want 0", n)
+	}
+}
+
+// TestLockCutAtEachStep cuts Lock's context at each of its steps, with the
+// lock free and with another holder's write holding the fencing row: Lock
+// returns the context's error and leaves no lock, no waiter and no
+// goroutine, and the pool still serves.
+func TestLockCutAtEachStep(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, "create table cut_tokens (key bigint primary key, token bigint not null)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(ctx, "drop table cut_tokens") })
+	cfg := fast
+	cfg.Fence = []string{"cut_tokens"}
+	ignore := goleak.IgnoreCurrent()
+	for _, step := range []string{pglease.StepAcquire, pglease.StepCheck, pglease.StepSettings, pglease.StepWait, pglease.StepClaim, pglease.StepFence} {
+		t.Run(step, func(t *testing.T) {
+			pool := newPool(t, server, server.Addr())
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			pglease.SetStepHook(func(_ context.Context, s string) {
+				if s == step {
+					cancel()
+				}
+			})
+			defer pglease.SetStepHook(nil)
+			l, err := cfg.Lock(cctx, pool, "cut at "+step)
+			if !errors.Is(err, context.Canceled) {
+				if l != nil {
+					unlock(t, l)
+				}
+				t.Fatalf("Lock cut before %s = %v, want context.Canceled", step, err)
+			}
+			if n := keyLocks(t, admin, cfg.Key("cut at "+step)); n != 0 {
+				t.Errorf("%d sessions hold or wait for the lock after Lock was cut before %s, want 0", n, step)
+			}
+			var one int
+			if err := pool.QueryRow(ctx, "select 1").Scan(&one); err != nil {
+				t.Errorf("the pool after the cut Lock: %v", err)
+			}
+			pool.Close()
+			goleak.VerifyNone(t, ignore)
+		})
+	}
+	// The wait for the fencing row, cut while a write's transaction holds it.
+	pool := newPool(t, server, server.Addr())
+	la := lock(t, cfg, pool, "cut at the row")
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "select token from cut_tokens where key = $1 for share", la.Key()); err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, la)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cfg.Lock(cctx, pool, "cut at the row")
+		done <- err
+	}()
+	other := connect(t, server, server.Addr())
+	waitRowWait(t, other)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock cut while waiting for the row = %v, want context.Canceled", err)
+	}
+	if n := keyLocks(t, other, la.Key()); n != 0 {
+		t.Errorf("%d sessions hold or wait for the lock after Lock was cut at the row, want 0", n)
 	}
 }
 
 func TestLockMisuse(t *testing.T) {
 	var nilCtx context.Context // the misuse under test
-	c := connect(t, server, server.Addr())
+	pool := newPool(t, server, server.Addr())
 	for name, f := range map[string]func(){
-		"nil context": func() { pglease.Lock(nilCtx, c, "x") },
-		"nil conn":    func() { pglease.Lock(context.Background(), nil, "x") },
+		"nil context": func() { pglease.Lock(nilCtx, pool, "x") },
+		"nil pool":    func() { pglease.Lock(context.Background(), nil, "x") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -181,7 +274,7 @@ func TestLockMisuse(t *testing.T) {
 		})
 	}
 	t.Run("Unlock with a nil context", func(t *testing.T) {
-		l := lock(t, fast, c, "x")
+		l := lock(t, fast, pool, "x")
 		defer unlock(t, l)
 		defer func() {
 			if r, _ := recover().(string); r != "pglease: Unlock called with a nil context" {
@@ -196,45 +289,51 @@ func TestLockMisuse(t *testing.T) {
 		"negative":                            {Heartbeat: -1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := cfg.Lock(context.Background(), c, "x"); err == nil || !strings.HasPrefix(err.Error(), "pglease: lock ") {
+			if _, err := cfg.Lock(context.Background(), pool, "x"); err == nil || !strings.HasPrefix(err.Error(), "pglease: lock ") {
 				t.Errorf("Lock = %v, want an error from pglease", err)
 			}
 		})
 	}
-	t.Run("in a transaction", func(t *testing.T) {
-		tx, err := c.Begin(context.Background())
+	t.Run("a closed pool", func(t *testing.T) {
+		p := newPool(t, server, server.Addr())
+		p.Close()
+		if _, err := pglease.Lock(context.Background(), p, "x"); err == nil || !strings.HasPrefix(err.Error(), "pglease: lock ") {
+			t.Errorf("Lock = %v, want an error from pglease", err)
+		}
+	})
+	t.Run("a connection that already holds the lock", func(t *testing.T) {
+		admin := connect(t, server, server.Addr())
+		cfg, err := pgxpool.ParseConfig(server.ConnString(server.Addr()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback(context.Background())
-		if _, err := pglease.Lock(context.Background(), c, "x"); err == nil || !strings.Contains(err.Error(), "transaction") {
-			t.Errorf("Lock = %v, want an error saying conn is in a transaction", err)
+		cfg.MaxConns = 1
+		p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
+		defer p.Close()
+		// Other code takes the lock on the pool's one connection, and
+		// gives the connection back with the lock held.
+		if _, err := p.Exec(context.Background(), "select pg_advisory_lock($1::bigint)", pglease.Key("held")); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := fast.Lock(context.Background(), p, "held"); err == nil || !strings.Contains(err.Error(), "already holds the lock") {
+			if l != nil {
+				unlock(t, l)
+			}
+			t.Errorf("Lock = %v, want an error saying the session already holds the lock", err)
+		}
+		// Lock closed the connection it refused, which ends its session and
+		// the lock with it, as the server gets to it.
+		waitKeyFree(t, admin, pglease.Key("held"))
 	})
 }
 
-// TestUnlockLeavesOtherLocks checks that a lease releases its own lock only:
-// the session's other advisory locks stay.
-func TestUnlockLeavesOtherLocks(t *testing.T) {
-	admin := connect(t, server, server.Addr())
-	c := connect(t, server, server.Addr())
-	if _, err := c.Exec(context.Background(), "select pg_advisory_lock(42)"); err != nil {
-		t.Fatal(err)
-	}
-	l := lock(t, fast, c, "beside")
-	unlock(t, l)
-	if n := advisoryLocks(t, admin); n != 1 {
-		t.Errorf("%d advisory locks, want the holder's own 1", n)
-	}
-	if _, err := c.Exec(context.Background(), "select pg_advisory_unlock(42)"); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestUnlockCutByContext releases a lease whose heartbeats' replies are
-// still on their way, with a context that ends first: Unlock cannot hand
-// the connection back in step with the server, so it closes it, which frees
-// the lock; the signal is never lost.
+// still on their way, with a context that ends first: Unlock cannot
+// release the lock in step with the server, so it ends the session, which
+// frees the lock, and says so; the signal is never lost.
 func TestUnlockCutByContext(t *testing.T) {
 	proxy, err := faultnet.Listen(server.Addr())
 	if err != nil {
@@ -242,29 +341,53 @@ func TestUnlockCutByContext(t *testing.T) {
 	}
 	defer proxy.Close()
 	admin := connect(t, server, server.Addr())
-	c := connect(t, server, proxy.Addr())
-	l := lock(t, fast, c, "unlock cut")
+	l := lock(t, fast, newPool(t, server, proxy.Addr()), "unlock cut")
 	proxy.Delay(fast.Deadline / 4) // every heartbeat's reply is in flight for half a second
 	time.Sleep(3 * fast.Heartbeat)
 	ctx, cancel := context.WithTimeout(context.Background(), fast.Heartbeat/2)
 	defer cancel()
-	if err := l.Unlock(ctx); err == nil || !strings.HasPrefix(err.Error(), "pglease: unlock ") || !strings.Contains(err.Error(), "heartbeats not answered") {
-		t.Errorf("Unlock = %v, want pglease's error saying heartbeats were not answered", err)
-	}
-	if !c.IsClosed() {
-		t.Error("conn open after an Unlock cut by its context, want closed")
+	if err := l.Unlock(ctx); !errors.Is(err, pglease.ErrSessionEnded) || !errors.Is(err, context.DeadlineExceeded) ||
+		!strings.HasPrefix(err.Error(), "pglease: unlock ") || !strings.Contains(err.Error(), "heartbeats were not answered") {
+		t.Errorf("Unlock = %v, want pglease's ErrSessionEnded saying heartbeats were not answered, wrapping the context's error", err)
 	}
 	if err := l.Signal().Err(); err != nil {
 		t.Errorf("Err() = %v after Unlock, want nil", err)
 	}
 	proxy.Heal()
-	deadline := time.Now().Add(waitTimeout)
-	for advisoryLocks(t, admin) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the lock is still held %v after the connection was closed", waitTimeout)
+	waitKeyFree(t, admin, l.Key())
+}
+
+// TestUnlockCancelledContext releases leases with a context cancelled
+// before the call, as a shutdown's deferred Unlock does: each Unlock either
+// released the lock (nil, and the server holds it no more when Unlock
+// returns) or ended the session (ErrSessionEnded, and the server frees the
+// lock as it sees the session end); the signal is never lost.
+func TestUnlockCancelledContext(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	pool := newPool(t, server, server.Addr())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	released, ended := 0, 0
+	for range 20 {
+		l := lock(t, fast, pool, "unlock cancelled")
+		time.Sleep(fast.Heartbeat / 2)
+		switch err := l.Unlock(ctx); {
+		case err == nil:
+			released++
+			if n := keyLocks(t, admin, l.Key()); n != 0 {
+				t.Errorf("Unlock = nil, and %d sessions still hold the lock", n)
+			}
+		case errors.Is(err, pglease.ErrSessionEnded):
+			ended++
+			waitKeyFree(t, admin, l.Key())
+		default:
+			t.Errorf("Unlock with a cancelled context = %v, want nil or ErrSessionEnded", err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		if err := l.Signal().Err(); err != nil {
+			t.Errorf("Err() = %v after Unlock, want nil", err)
+		}
 	}
+	t.Logf("released %d, session ended %d", released, ended)
 }
 
 // TestLostWhenTerminatedWithoutClose terminates the backend of a connection
@@ -273,18 +396,18 @@ func TestUnlockCutByContext(t *testing.T) {
 // same.
 func TestLostWhenTerminatedWithoutClose(t *testing.T) {
 	admin := connect(t, server, server.Addr())
-	cfg, err := pgx.ParseConfig(server.ConnString(server.Addr()))
+	cfg, err := pgxpool.ParseConfig(server.ConnString(server.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.OnPgError = func(*pgconn.PgConn, *pgconn.PgError) bool { return true }
-	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	cfg.ConnConfig.OnPgError = func(*pgconn.PgConn, *pgconn.PgError) bool { return true }
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close(context.Background())
-	l := lock(t, fast, c, "kept open")
-	terminate(t, admin, c.PgConn().PID())
+	defer pool.Close()
+	l := lock(t, fast, pool, "kept open")
+	terminate(t, admin, holder(t, admin, l.Key()))
 	if err := waitLost(t, l); !isLost(err, pglease.ErrTerminated) {
 		t.Errorf("Err() = %v, want ErrTerminated", err)
 	}

@@ -19,6 +19,9 @@ var server *pgtest.Server
 // or the release: nothing may be left running afterwards, in this package or
 // in pgx.
 func TestMain(m *testing.M) {
+	if os.Getenv(childAddr) != "" {
+		os.Exit(child()) // a process of TestPoolerTransactionRefused
+	}
 	var err error
 	server, err = pgtest.Start()
 	if err != nil {

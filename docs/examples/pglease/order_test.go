@@ -17,15 +17,16 @@ import (
 // its FATAL, yet B's Lock returns only after A's signal is lost.
 func TestSameProcessOrdered(t *testing.T) {
 	admin := connect(t, server, server.Addr())
+	pool := newPool(t, server, server.Addr())
 	for i := range 20 {
 		subject := fmt.Sprintf("ordered-%d", i)
-		a, b := connect(t, server, server.Addr()), connect(t, server, server.Addr())
-		la := lock(t, fast, a, subject)
+		la := lock(t, fast, pool, subject)
+		aPID := holder(t, admin, la.Key())
 		ch := make(chan error, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 			defer cancel()
-			lb, err := fast.Lock(ctx, b, subject)
+			lb, err := fast.Lock(ctx, pool, subject)
 			if err != nil {
 				ch <- err
 				return
@@ -41,8 +42,8 @@ func TestSameProcessOrdered(t *testing.T) {
 				ch <- nil
 			}
 		}()
-		waitWaiting(t, admin, b.PgConn().PID())
-		terminate(t, admin, a.PgConn().PID())
+		waitWaiting(t, admin, la.Key())
+		terminate(t, admin, aPID)
 		if err := <-ch; err != nil {
 			t.Fatalf("trial %d: %v", i, err)
 		}
@@ -59,14 +60,14 @@ func TestMutualExclusion(t *testing.T) {
 	var inside, overlaps, total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, holders)
+	pool := newPool(t, server, server.Addr())
 	for h := range holders {
-		c := connect(t, server, server.Addr())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range rounds {
 				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-				l, err := fast.Lock(ctx, c, "exclusive")
+				l, err := fast.Lock(ctx, pool, "exclusive")
 				if err != nil {
 					cancel()
 					errs <- fmt.Errorf("holder %d: %w", h, err)
@@ -98,7 +99,7 @@ func TestMutualExclusion(t *testing.T) {
 	if n := total.Load(); n != holders*rounds {
 		t.Errorf("%d grants, want %d", n, holders*rounds)
 	}
-	if n := advisoryLocks(t, admin); n != 0 {
+	if n := keyLocks(t, admin, pglease.Key("exclusive")); n != 0 {
 		t.Errorf("%d advisory locks left, want 0", n)
 	}
 }
@@ -132,17 +133,17 @@ func TestFenceRefusesStaleWrite(t *testing.T) {
 		}
 		return tag.RowsAffected()
 	}
-	a, b := connect(t, server, server.Addr()), connect(t, server, server.Addr())
-	la := lock(t, cfg, a, "accounts")
+	pool := newPool(t, server, server.Addr())
+	la := lock(t, cfg, pool, "accounts")
 	if la.Token() != 1 {
 		t.Errorf("A's Token() = %d, want 1", la.Token())
 	}
 	if n := write(la.Token(), 10); n != 1 {
 		t.Fatalf("A's write while it holds the lock: %d rows, want 1", n)
 	}
-	terminate(t, admin, a.PgConn().PID())
+	terminate(t, admin, holder(t, admin, la.Key()))
 	waitLost(t, la)
-	lb := lock(t, cfg, b, "accounts")
+	lb := lock(t, cfg, pool, "accounts")
 	if lb.Token() <= la.Token() {
 		t.Errorf("B's Token() = %d, want more than A's %d", lb.Token(), la.Token())
 	}
@@ -166,7 +167,7 @@ func TestFenceRefusesStaleWrite(t *testing.T) {
 // first, gives the lock back and leaves its connection usable.
 func TestLockWaitsForTheProcesssLease(t *testing.T) {
 	admin := connect(t, server, server.Addr())
-	b := connect(t, server, server.Addr())
+	b := newPool(t, server, server.Addr())
 	ctx := context.Background()
 	key := pglease.Key("recorded")
 	end, err := pglease.Claim(ctx, admin, key)
@@ -178,7 +179,7 @@ func TestLockWaitsForTheProcesssLease(t *testing.T) {
 	if _, err := fast.Lock(cctx, b, "recorded"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock while the process's lease is live = %v, want context.DeadlineExceeded", err)
 	}
-	if n := advisoryLocks(t, admin); n != 0 {
+	if n := keyLocks(t, admin, key); n != 0 {
 		t.Errorf("%d advisory locks after the cut Lock, want 0", n)
 	}
 	var ended atomic.Bool
@@ -207,9 +208,9 @@ func TestFenceWaitsForWrite(t *testing.T) {
 	t.Cleanup(func() { admin.Exec(ctx, "drop table write_tokens") })
 	cfg := fast
 	cfg.Fence = []string{"write_tokens"}
-	a, b := connect(t, server, server.Addr()), connect(t, server, server.Addr())
+	pool := newPool(t, server, server.Addr())
 	writer := connect(t, server, server.Addr())
-	la := lock(t, cfg, a, "write")
+	la := lock(t, cfg, pool, "write")
 	tx, err := writer.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -222,28 +223,14 @@ func TestFenceWaitsForWrite(t *testing.T) {
 	}
 	ch := make(chan granted, 1)
 	go func() {
-		l, err := cfg.Lock(ctx, b, "write")
+		l, err := cfg.Lock(ctx, pool, "write")
 		ch <- granted{l, err, time.Now()}
 	}()
-	terminate(t, admin, a.PgConn().PID())
+	terminate(t, admin, holder(t, admin, la.Key()))
 	waitLost(t, la)
 	// B holds the lock and waits for the write's transaction on the
 	// token's row.
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		var n int
-		if err := admin.QueryRow(ctx, "select count(*) from pg_locks where pid = $1 and not granted",
-			int32(b.PgConn().PID())).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B does not wait for the write's transaction after %v", waitTimeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitRowWait(t, admin)
 	// The write's transaction outlasts a deadline: the wait for the token
 	// is a wait for the grant, and does not count against the lease.
 	time.Sleep(fast.Deadline + fast.Deadline/2)

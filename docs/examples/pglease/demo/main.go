@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/zukhruf/lease/docs/examples/pglease"
 	"github.com/zukhruf/lease/docs/examples/pglease/internal/pgtest"
@@ -59,11 +60,21 @@ func (tl *timeline) say(who, format string, args ...any) {
 
 // write stores batch if token is the lock's latest fencing token, in one
 // statement: FOR SHARE makes a later grant's increment wait for this write.
-func write(ctx context.Context, data *pgx.Conn, token int64, batch string) (bool, error) {
+func write(ctx context.Context, data *pgxpool.Pool, token int64, batch string) (bool, error) {
 	tag, err := data.Exec(ctx, `insert into batches (batch, token)
 		select $3, $2 where (select token from lease_tokens where key = $1 for share) = $2`,
 		pglease.Key(subject), token, batch)
 	return tag.RowsAffected() == 1, err
+}
+
+// holderPID returns the backend that holds the advisory lock of key, as
+// an operator finds it in pg_locks.
+func holderPID(ctx context.Context, op *pgx.Conn, key int64) (int32, error) {
+	u := uint64(key)
+	var pid int32
+	err := op.QueryRow(ctx, "select pid from pg_locks where locktype = 'advisory' and granted "+
+		"and classid = $1 and objid = $2 and objsubid = 1", uint32(u>>32), uint32(u)).Scan(&pid)
+	return pid, err
 }
 
 func run(out io.Writer) error {
@@ -78,53 +89,50 @@ func run(out io.Writer) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	// Each party has its own connections, as it would in its own process:
-	// one for its lease, one for its writes.
-	var conns []*pgx.Conn
+	// Each holder has its own pool, as it would in its own process: its lease
+	// takes a connection of its own out of it, and its writes use the rest.
+	var pools []*pgxpool.Pool
 	defer func() {
-		for _, c := range conns {
-			c.Close(context.Background())
+		for _, p := range pools {
+			p.Close()
 		}
 	}()
-	conn := func() (*pgx.Conn, error) {
-		c, err := srv.Connect(ctx, srv.Addr())
+	newPool := func() (*pgxpool.Pool, error) {
+		p, err := pgxpool.New(ctx, srv.ConnString(srv.Addr()))
 		if err == nil {
-			conns = append(conns, c)
+			pools = append(pools, p)
 		}
-		return c, err
+		return p, err
 	}
-	op, err := conn()
+	op, err := srv.Connect(ctx, srv.Addr())
 	if err != nil {
 		return err
 	}
+	defer op.Close(context.Background())
 	if _, err := op.Exec(ctx, `create table lease_tokens (key bigint primary key, token bigint not null);
 		create table batches (batch text, token bigint)`); err != nil {
 		return err
 	}
 	cfg := pglease.Config{Fence: pgx.Identifier{"lease_tokens"}}
-	aLock, err := conn()
+	aPool, err := newPool()
 	if err != nil {
 		return err
 	}
-	aData, err := conn()
-	if err != nil {
-		return err
-	}
-	bLock, err := conn()
-	if err != nil {
-		return err
-	}
-	bData, err := conn()
+	bPool, err := newPool()
 	if err != nil {
 		return err
 	}
 
-	a, err := cfg.Lock(ctx, aLock, subject)
+	a, err := cfg.Lock(ctx, aPool, subject)
 	if err != nil {
 		return err
 	}
 	defer a.Unlock(ctx)
-	tl.say("holder A", "locked %q: advisory key %d, backend %d, fencing token %d", subject, a.Key(), aLock.PgConn().PID(), a.Token())
+	aPID, err := holderPID(ctx, op, a.Key())
+	if err != nil {
+		return err
+	}
+	tl.say("holder A", "locked %q: advisory key %d, backend %d, fencing token %d", subject, a.Key(), aPID, a.Token())
 
 	type locked struct {
 		l   *pglease.Lease
@@ -133,7 +141,7 @@ func run(out io.Writer) error {
 	bc := make(chan locked, 1)
 	tl.say("holder B", "asks for %q and waits", subject)
 	go func() {
-		l, err := cfg.Lock(ctx, bLock, subject)
+		l, err := cfg.Lock(ctx, bPool, subject)
 		bc <- locked{l, err}
 	}()
 
@@ -148,16 +156,16 @@ func run(out io.Writer) error {
 			break
 		}
 		last = fmt.Sprintf("A-%d", i)
-		ok, err := write(ctx, aData, a.Token(), last)
+		ok, err := write(ctx, aPool, a.Token(), last)
 		if err != nil {
 			return err
 		}
 		tl.say("holder A", "batch %d stored with fencing token %d: %v", i, a.Token(), ok)
 		if i == 3 {
-			if _, err := op.Exec(ctx, "select pg_terminate_backend($1)", int32(aLock.PgConn().PID())); err != nil {
+			if _, err := op.Exec(ctx, "select pg_terminate_backend($1)", int32(aPID)); err != nil {
 				return err
 			}
-			tl.say("operator", "pg_terminate_backend(%d): the server frees A's lock with its session", aLock.PgConn().PID())
+			tl.say("operator", "pg_terminate_backend(%d): the server frees A's lock with its session", aPID)
 		}
 		select {
 		case <-sig.Done():
@@ -174,13 +182,17 @@ func run(out io.Writer) error {
 	if b.err != nil {
 		return b.err
 	}
-	tl.say("holder B", "locked %q: backend %d, fencing token %d", subject, bLock.PgConn().PID(), b.l.Token())
-	ok, err := write(ctx, bData, b.l.Token(), "B-1")
+	bPID, err := holderPID(ctx, op, b.l.Key())
+	if err != nil {
+		return err
+	}
+	tl.say("holder B", "locked %q: backend %d, fencing token %d", subject, bPID, b.l.Token())
+	ok, err := write(ctx, bPool, b.l.Token(), "B-1")
 	if err != nil {
 		return err
 	}
 	tl.say("holder B", "batch 1 stored with fencing token %d: %v", b.l.Token(), ok)
-	ok, err = write(ctx, aData, a.Token(), last+" (retry)")
+	ok, err = write(ctx, aPool, a.Token(), last+" (retry)")
 	if err != nil {
 		return err
 	}

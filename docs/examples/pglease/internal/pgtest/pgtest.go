@@ -224,19 +224,44 @@ func (s *Server) Restart() error {
 	// An immediate shutdown if this process dies first: no server outlives
 	// the tests.
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
-	if err := cmd.Start(); err != nil {
+	exited, err := start(cmd)
+	if err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}
-	exited := make(chan struct{})
+	s.cmd, s.exited = cmd, exited
+	if err := waitReady(s.ConnString(s.Addr()), exited); err != nil {
+		select {
+		case <-exited:
+		default:
+			cmd.Process.Signal(syscall.SIGQUIT)
+			<-exited
+		}
+		s.cmd = nil
+		return fmt.Errorf("pgtest: postgres: %w: %s", err, s.logTail())
+	}
+	return nil
+}
+
+// start starts cmd and returns a channel closed when it has exited.
+func start(cmd *exec.Cmd) (exited chan struct{}, err error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited = make(chan struct{})
 	go func() {
 		cmd.Wait()
 		close(exited)
 	}()
-	s.cmd, s.exited = cmd, exited
+	return exited, nil
+}
+
+// waitReady returns once a connection through connString succeeds, or an
+// error if the process behind it exits first or readyTimeout passes.
+func waitReady(connString string, exited <-chan struct{}) error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := s.Connect(ctx, s.Addr())
+		c, err := pgx.Connect(ctx, connString)
 		cancel()
 		if err == nil {
 			c.Close(context.Background())
@@ -244,15 +269,11 @@ func (s *Server) Restart() error {
 		}
 		select {
 		case <-exited:
-			s.cmd = nil
-			return fmt.Errorf("pgtest: postgres exited: %s", s.logTail())
+			return errors.New("exited")
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			cmd.Process.Signal(syscall.SIGQUIT)
-			<-exited
-			s.cmd = nil
-			return fmt.Errorf("pgtest: postgres not ready after %v: %w: %s", readyTimeout, err, s.logTail())
+			return fmt.Errorf("not ready after %v: %w", readyTimeout, err)
 		}
 	}
 }

@@ -71,3 +71,12 @@ func TestStartStopRestartClose(t *testing.T) {
 		t.Errorf("the server's folder is still there after Close: %v", err)
 	}
 }
+
+// TestMissingBouncerNamesThePackage checks that a machine without PgBouncer
+// gets an error that says what to install.
+func TestMissingBouncerNamesThePackage(t *testing.T) {
+	t.Setenv("PGBOUNCER", t.TempDir()+"/pgbouncer")
+	if err := pgtest.CheckBouncer(); err == nil || !strings.Contains(err.Error(), "install the Debian package pgbouncer") {
+		t.Errorf("CheckBouncer without the binary = %v, want an error naming the package pgbouncer", err)
+	}
+}
