@@ -45,3 +45,11 @@ faults-k8s: k8s-apiserver
 ## token; prints the timeline.
 demo-k8s: k8s-apiserver
 	cd $(K8S_EXAMPLE) && $(GO) run ./demo
+
+.PHONY: lint-k8s
+
+lint: lint-k8s
+
+## lint-k8s: go vet and staticcheck over the Kubernetes example's module.
+lint-k8s:
+	cd $(K8S_EXAMPLE) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...

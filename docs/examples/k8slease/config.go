@@ -77,7 +77,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
 	if c.LeaseDuration < MinLeaseDuration {
-		return c, fmt.Errorf("LeaseDuration %v is shorter than %v", c.LeaseDuration, MinLeaseDuration)
+		return c, fmt.Errorf("lease duration %v is shorter than %v", c.LeaseDuration, MinLeaseDuration)
 	}
 	if c.RenewPeriod == 0 {
 		c.RenewPeriod = max(time.Second, c.LeaseDuration/6)
@@ -90,13 +90,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.RenewPeriod < 0:
-		return c, fmt.Errorf("RenewPeriod %v is negative", c.RenewPeriod)
+		return c, fmt.Errorf("renew period %v is negative", c.RenewPeriod)
 	case c.Margin < 0:
-		return c, fmt.Errorf("Margin %v is negative", c.Margin)
+		return c, fmt.Errorf("margin %v is negative", c.Margin)
 	case c.RetryPeriod < 0:
-		return c, fmt.Errorf("RetryPeriod %v is negative", c.RetryPeriod)
+		return c, fmt.Errorf("retry period %v is negative", c.RetryPeriod)
 	case c.roundTrip() < c.LeaseDuration/4:
-		return c, fmt.Errorf("LeaseDuration %v less Margin %v, a second and RenewPeriod %v leaves %v for a renewal's round trip, less than a quarter of the lease duration",
+		return c, fmt.Errorf("lease duration %v less margin %v, a second and renew period %v leaves %v for a renewal's round trip, less than a quarter of the lease duration",
 			c.LeaseDuration, c.Margin, c.RenewPeriod, c.roundTrip())
 	}
 	return c, nil
