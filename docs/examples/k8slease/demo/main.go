@@ -11,7 +11,7 @@
 // prints the timeline and removes everything it made.
 //
 // Run it with `make demo-k8s`, or `go run ./demo` in this module. The first
-// run builds kube-apiserver (about 20 minutes on 2 cores; see the README).
+// run builds kube-apiserver, which takes tens of minutes (see the README).
 package main
 
 import (
