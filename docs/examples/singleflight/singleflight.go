@@ -270,4 +270,3 @@ func (g *Group[V]) doCall(c *call[V], key string, fn func(context.Context, *sign
 		recovered = true
 	}
 }
-
