@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/zukhruf/lease => ../../..
 
 require (
-	github.com/zukhruf/lease v0.0.0-00010101000000-000000000000
+	github.com/zukhruf/lease v0.1.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3

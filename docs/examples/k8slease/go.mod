@@ -6,7 +6,7 @@ replace github.com/zukhruf/lease => ../../..
 
 require (
 	github.com/go-logr/logr v1.4.4
-	github.com/zukhruf/lease v0.0.0-00010101000000-000000000000
+	github.com/zukhruf/lease v0.1.0
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
