@@ -154,7 +154,7 @@ func apiCheck(root string, update bool) error {
 			if err := writeRecord(file, fset, cur); err != nil {
 				return err
 			}
-			fmt.Printf("apicheck: recorded the API of %s (%d packages) in %s\n", p.Path, len(cur.Packages), rel)
+			fmt.Printf("apicheck: recorded the API of %s in %s: %s\n", p.Path, rel, packageList(cur))
 			continue
 		}
 		old, err := readRecord(file, token.NewFileSet())
@@ -189,4 +189,17 @@ func apiCheck(root string, update bool) error {
 		fmt.Printf("apicheck: %d modules compatible with their records in %s\n", len(mods), recordDir)
 	}
 	return nil
+}
+
+// packageList names m's packages relative to the module, "." for its root.
+func packageList(m *apidiff.Module) string {
+	var names []string
+	for _, pkg := range m.Packages {
+		name := strings.TrimPrefix(strings.TrimPrefix(pkg.Path(), m.Path), "/")
+		if name == "" {
+			name = "."
+		}
+		names = append(names, name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -126,12 +126,15 @@ func installCheck(root string) error {
 	if err := writeProxy(root, proxy, mods); err != nil {
 		return err
 	}
-	// A module cache of its own, so that a copy of these versions kept from
-	// an earlier check is never used; the usual cache's downloads serve the
-	// other modules, so nothing already downloaded is fetched again.
+	modcache, err := checkModCache(mods[0].Path)
+	if err != nil {
+		return err
+	}
+	// The usual cache's downloads serve the other modules, so nothing
+	// already downloaded is fetched again.
 	env := append(base.environ(),
 		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(filepath.Join(base.ModCache, "cache", "download"))+","+base.Proxy,
-		"GOMODCACHE="+filepath.Join(tmp, "modcache"),
+		"GOMODCACHE="+modcache,
 		"GONOSUMDB="+mods[0].Path,
 		"GOFLAGS=-mod=mod -modcacherw",
 		"GOWORK=off",
@@ -209,6 +212,35 @@ func Call(sig *signal.Signal) context.Context {
 		return fmt.Errorf("go run %s ./holder: want the dropped cancel reported, got %v:\n%s", pkg, err, out)
 	}
 	return nil
+}
+
+// checkModCache returns the module cache of the install check, kept in the
+// user's cache folder from one run to the next, with every module of this
+// repository removed from it: a copy packaged by an earlier check is never
+// used, while the other modules keep their folders, so that the build cache
+// still serves what was compiled from them (a fresh module cache would
+// compile etcd and client-go again on every run).
+func checkModCache(repo string) (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	modcache := filepath.Join(dir, "zukhruf-lease", "install-check-modcache")
+	esc, err := module.EscapePath(repo)
+	if err != nil {
+		return "", err
+	}
+	stale, err := filepath.Glob(filepath.Join(modcache, filepath.FromSlash(esc)+"*"))
+	if err != nil {
+		return "", err
+	}
+	stale = append(stale, filepath.Join(modcache, "cache", "download", filepath.FromSlash(esc)))
+	for _, path := range stale {
+		if err := os.RemoveAll(path); err != nil {
+			return "", fmt.Errorf("install-check: removing an earlier check's copy: %v", err)
+		}
+	}
+	return modcache, nil
 }
 
 func userModule(dir string, env []string) error {

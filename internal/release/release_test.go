@@ -52,7 +52,7 @@ func TestReadVersions(t *testing.T) {
 func TestReadVersionsRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name, versions, want string
-		files              map[string]string
+		files                map[string]string
 	}{
 		{name: "no root", versions: "docs/examples/etcdlease v0.1.0\n", want: `does not list the root module`},
 		{name: "not canonical", versions: ". v0.1\n", want: `"v0.1" is not a canonical semantic version`},
