@@ -6,11 +6,14 @@
 
 RELEASE_TOOL := cd internal/release && $(GO) run .
 
-.PHONY: install-check apicheck apicheck-update release test-release
+.PHONY: install-check apicheck apicheck-update release test-release lint-release
 
 TEST_STEPS += test-release
 
-lint: install-check apicheck
+lint: lint-release install-check apicheck
+
+lint-release:
+	cd internal/release && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 test-release:
 	cd internal/release && $(GO) vet ./... && $(GO) test -count=1 ./...
