@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/zukhruf/lease/docs/examples/pglease"
+	"github.com/zukhruf/lease/docs/examples/pglease/internal/pgtest"
 	"github.com/zukhruf/lease/lost"
 )
 
@@ -511,4 +512,51 @@ func newPoolURL(t *testing.T, url string) *pgxpool.Pool {
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// TestMistakeServerShuttingDown: a Lock while the server shuts down (a
+// smart shutdown waits for a session that stays open), which refuses new
+// connections with 57P03 until it has stopped: retried with backoff, and
+// cut by its context with an error that wraps both the context's error and
+// the server's 57P03.
+func TestMistakeServerShuttingDown(t *testing.T) {
+	s, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	open := connect(t, s, s.Addr())
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop("smart") }()
+	var c dialCounter
+	pool := c.pool(t, s.ConnString(s.Addr()), nil)
+	// The shutdown has begun once a connection is refused with 57P03.
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		conn, err := s.Connect(context.Background(), s.Addr())
+		if err == nil {
+			conn.Close(context.Background())
+		} else if strings.Contains(err.Error(), "57P03") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server still takes connections %v after a smart shutdown began", waitTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	_, err = fast.Lock(ctx, pool, "shutting down")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock during a shutdown, cut by its context = %v, want it to wrap context.DeadlineExceeded", err)
+	}
+	wantSQLState(t, err, "57P03")
+	if n := c.n.Load(); n < 2 || n > 8 {
+		t.Errorf("%d attempts in 1.5 s, want 2 to 8: retried, with backoff", n)
+	}
+	t.Logf("%d attempts: %v", c.n.Load(), err)
+	open.Close(context.Background())
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
 }
