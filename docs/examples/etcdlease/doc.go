@@ -17,7 +17,8 @@
 //     is lost at the local deadline, the send time of the last renewal etcd
 //     confirmed plus the TTL it granted less a margin, unless a later
 //     renewal was confirmed ([ErrRenewalUnconfirmed], see [WithMargin]); or
-//     etcd answers a renewal that it has no such lease ([ErrSessionExpired]);
+//     etcd answers a renewal that it has no such lease ([ErrSessionExpired]),
+//     or refuses it ([ErrRenewalRefused]);
 //   - the session ends ([concurrency.Session.Done]): its owner closed it
 //     ([ErrSessionClosed]);
 //   - the watch ends, its member loses its leader, or the client's

@@ -42,4 +42,12 @@ var (
 	// renewal, the TTL etcd granted in it, the deadline and the margin (see
 	// [WithMargin]).
 	ErrRenewalUnconfirmed = errors.New("etcdlease: renewal unconfirmed")
+
+	// ErrRenewalRefused reports that etcd refused to renew the session's
+	// etcd lease (permission denied: with auth enabled, etcd renews a lease
+	// only for a user that may write its keys, and the user's role lost the
+	// permission on the lock's or election's keys). etcd will expire the
+	// lease; the lease does not wait for it. Lock and Campaign return it,
+	// wrapped, when the first renewal is refused.
+	ErrRenewalRefused = errors.New("etcdlease: renewal refused")
 )

@@ -12,7 +12,7 @@ import (
 // Campaign do with what etcd's mutex and election report.
 // Like Lock, it waits for etcd to confirm a renewal first.
 func StartAt(ctx context.Context, s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error) (*Lease, error) {
-	r, err := startRenewing(ctx, s, nil)
+	r, err := startRenewing(ctx, s, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +37,7 @@ func Following(l *Lease) <-chan struct{} {
 func SessionEnded(ctx context.Context, s *concurrency.Session) (error, error) {
 	l := new(Lease)
 	if s.Client().Ctx().Err() == nil {
-		r, err := startRenewing(ctx, s, nil)
+		r, err := startRenewing(ctx, s, nil, false)
 		if err != nil {
 			return nil, err
 		}

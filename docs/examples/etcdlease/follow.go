@@ -36,7 +36,7 @@ func (l *Lease) follow(ctx context.Context, s *concurrency.Session, events clien
 				return // released: the end of the watch is ours
 			}
 			if !ok {
-				l.lose(fmt.Errorf("%w: the watch on %q closed", ErrClusterLost, l.key))
+				l.lose(fmt.Errorf("%w: the watch on %s closed", ErrClusterLost, quote(l.key)))
 				return
 			}
 			if wr.CompactRevision != 0 {
@@ -56,7 +56,7 @@ func (l *Lease) follow(ctx context.Context, s *concurrency.Session, events clien
 				continue
 			}
 			if err := wr.Err(); err != nil {
-				l.lose(fmt.Errorf("%w: the watch on %q ended: %w", ErrClusterLost, l.key, err))
+				l.lose(fmt.Errorf("%w: the watch on %s ended: %w", ErrClusterLost, quote(l.key), err))
 				return
 			}
 			for _, ev := range wr.Events {
@@ -70,8 +70,8 @@ func (l *Lease) follow(ctx context.Context, s *concurrency.Session, events clien
 				// another lease, or to none, or is a new key: the key no
 				// longer lives and dies with the session.
 				if ev.Kv.CreateRevision != l.rev || clientv3.LeaseID(ev.Kv.Lease) != s.Lease() {
-					l.lose(fmt.Errorf("%w: %q put at revision %d with create revision %d and etcd lease %x, not %d and %x",
-						ErrKeyTakenOver, l.key, ev.Kv.ModRevision, ev.Kv.CreateRevision, ev.Kv.Lease, l.rev, s.Lease()))
+					l.lose(fmt.Errorf("%w: %s put at revision %d with create revision %d and etcd lease %x, not %d and %x",
+						ErrKeyTakenOver, quote(l.key), ev.Kv.ModRevision, ev.Kv.CreateRevision, ev.Kv.Lease, l.rev, s.Lease()))
 					return
 				}
 			}
@@ -124,11 +124,11 @@ func (l *Lease) sessionEnded(s *concurrency.Session) error {
 // renewal already told it that etcd has no lease of the session.
 func (l *Lease) keyDeleted(when string) error {
 	if l.renew.gone() {
-		return fmt.Errorf("%w: etcd has no lease %x any more and deleted %q with it %s",
-			ErrSessionExpired, l.renew.id, l.key, when)
+		return fmt.Errorf("%w: etcd has no lease %x any more and deleted %s with it %s",
+			ErrSessionExpired, l.renew.id, quote(l.key), when)
 	}
-	return fmt.Errorf("%w: %q deleted %s, by hand or with the session's etcd lease %x if it was revoked",
-		ErrKeyDeleted, l.key, when, l.renew.id)
+	return fmt.Errorf("%w: %s deleted %s, by hand or with the session's etcd lease %x if it was revoked",
+		ErrKeyDeleted, quote(l.key), when, l.renew.id)
 }
 
 // resync reads the holder's key after the watch lost the history it was to
@@ -140,13 +140,13 @@ func (l *Lease) resync(ctx context.Context, s *concurrency.Session) (int64, erro
 	resp, err := s.Client().Get(rctx, l.key)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("%w: etcd compacted the history of the watch on %q and did not answer: %w", ErrClusterLost, l.key, err)
+		return 0, fmt.Errorf("%w: etcd compacted the history of the watch on %s and did not answer: %w", ErrClusterLost, quote(l.key), err)
 	case len(resp.Kvs) == 0:
 		return 0, l.keyDeleted(fmt.Sprintf("by revision %d", resp.Header.Revision))
 	}
 	if kv := resp.Kvs[0]; kv.CreateRevision != l.rev || clientv3.LeaseID(kv.Lease) != s.Lease() {
-		return 0, fmt.Errorf("%w: %q found at revision %d with create revision %d and etcd lease %x, not %d and %x",
-			ErrKeyTakenOver, l.key, resp.Header.Revision, kv.CreateRevision, kv.Lease, l.rev, s.Lease())
+		return 0, fmt.Errorf("%w: %s found at revision %d with create revision %d and etcd lease %x, not %d and %x",
+			ErrKeyTakenOver, quote(l.key), resp.Header.Revision, kv.CreateRevision, kv.Lease, l.rev, s.Lease())
 	}
 	return resp.Header.Revision + 1, nil
 }

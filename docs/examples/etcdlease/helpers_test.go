@@ -39,6 +39,7 @@ var causes = []error{
 	etcdlease.ErrKeyTakenOver,
 	etcdlease.ErrClusterLost,
 	etcdlease.ErrRenewalUnconfirmed,
+	etcdlease.ErrRenewalRefused,
 }
 
 // startEtcd starts a real etcd server for one test, in a temporary folder,

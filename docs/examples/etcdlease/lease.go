@@ -3,7 +3,9 @@ package etcdlease
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -47,17 +49,27 @@ type Lease struct {
 // [WithMargin] for the rule and the options).
 //
 // ctx bounds the wait only; the lease lasts until it is lost or released.
+// The wait also ends when the session does, or when its renewals fail (the
+// deadline passes, etcd has no lease of the session or refuses to renew
+// it): the error then wraps that cause. A mistake that cannot heal (a
+// closed client or session, a permission etcd refuses, a margin out of
+// range) returns at once; while the cluster is unreachable, Lock retries
+// with backoff until ctx or the session ends, and its error wraps both
+// that end and the last renewal stream's error. Lock panics if ctx or s is
+// nil, or s was not made by concurrency.NewSession.
+//
 // A session should hold one Lease per key at a time: etcd's mutex gives a
 // session that locks a key twice the same claim.
 func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Option) (*Lease, error) {
-	r, err := startRenewing(ctx, s, opts)
+	checkArgs(ctx, s, "Lock")
+	r, err := startRenewing(ctx, s, opts, true)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlease: lock %q: %w", key, err)
+		return nil, fmt.Errorf("etcdlease: lock %s: %w", quote(key), err)
 	}
 	m := concurrency.NewMutex(s, key)
-	if err := m.Lock(ctx); err != nil {
+	if err := r.bound(ctx, s, m.Lock); err != nil {
 		r.close()
-		return nil, fmt.Errorf("etcdlease: lock %q: %w", key, err)
+		return nil, fmt.Errorf("etcdlease: lock %s: %w", quote(key), err)
 	}
 	owner := m.IsOwner() // the comparison etcd's own recipe makes: CreateRevision(key) = rev
 	return start(r, s, key, m.Key(), owner.GetCompare().GetCreateRevision(), m.Header().Revision, m.Unlock), nil
@@ -75,16 +87,80 @@ func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Optio
 // key was deleted: the lease follows the key from the candidate's put, and
 // is then lost as soon as it is made.
 func Campaign(ctx context.Context, s *concurrency.Session, election, value string, opts ...Option) (*Lease, error) {
-	r, err := startRenewing(ctx, s, opts)
+	checkArgs(ctx, s, "Campaign")
+	r, err := startRenewing(ctx, s, opts, true)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlease: campaign %q: %w", election, err)
+		return nil, fmt.Errorf("etcdlease: campaign %s: %w", quote(election), err)
 	}
 	e := concurrency.NewElection(s, election)
-	if err := e.Campaign(ctx, value); err != nil {
+	if err := r.bound(ctx, s, func(ctx context.Context) error { return e.Campaign(ctx, value) }); err != nil {
 		r.close()
-		return nil, fmt.Errorf("etcdlease: campaign %q: %w", election, err)
+		return nil, fmt.Errorf("etcdlease: campaign %s: %w", quote(election), err)
 	}
 	return start(r, s, election, e.Key(), e.Rev(), e.Header().Revision, e.Resign), nil
+}
+
+// checkArgs panics, naming the call, if ctx or s is nil or s was not made
+// by concurrency.NewSession: a *concurrency.Session has no other nil than
+// the untyped one.
+func checkArgs(ctx context.Context, s *concurrency.Session, call string) {
+	switch {
+	case ctx == nil:
+		panic("etcdlease: " + call + " called with a nil context")
+	case s == nil:
+		panic("etcdlease: " + call + " called with a nil session")
+	case s.Client() == nil:
+		panic("etcdlease: " + call + " called with a session not made by concurrency.NewSession")
+	}
+}
+
+// bound runs wait, etcd's wait for the claim, with a context that also
+// ends when session s ends or r loses the claim-to-be (its deadline passed,
+// or etcd has no lease of the session or refused to renew it): the wait
+// then cannot succeed, and its error wraps the reason.
+func (r *renewer) bound(ctx context.Context, s *concurrency.Session, wait func(context.Context) error) error {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var why error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-s.Done():
+			why = fmt.Errorf("%w: session %x ended while Lock or Campaign waited", ErrSessionClosed, s.Lease())
+		case <-r.failed:
+			r.mu.Lock()
+			why = r.loss
+			r.mu.Unlock()
+		case <-wctx.Done():
+			return
+		}
+		cancel(why)
+	}()
+	err := wait(wctx)
+	cancel(nil)
+	<-done
+	if err != nil && why != nil {
+		return fmt.Errorf("%w: %w", why, err)
+	}
+	return err
+}
+
+// maxQuoted is how many bytes of a caller's string an error quotes.
+const maxQuoted = 64
+
+// quote returns s quoted for an error, cut to its first maxQuoted bytes
+// (at a character's start) and marked with "…" when longer: an error
+// names a key, it does not carry it.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	n := maxQuoted
+	for n > maxQuoted-utf8.UTFMax && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strconv.Quote(s[:n]) + "…"
 }
 
 // start makes the lease of a claim granted at revision granted, kept by
@@ -149,7 +225,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		l.stop()
 		l.watchers.Wait()
 		if err := l.release(ctx); err != nil {
-			l.err = fmt.Errorf("etcdlease: release %q: %w", l.key, err)
+			l.err = fmt.Errorf("etcdlease: release %s: %w", quote(l.key), err)
 		}
 	})
 	return l.err

@@ -10,6 +10,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The deadline rule. etcd counts a lease's TTL from the moment its leader
@@ -42,8 +44,18 @@ const (
 	renewalsPerTTL = 6
 	// firstInterval paces the renewals before etcd has told the TTL.
 	firstInterval = 250 * time.Millisecond
-	// retryPause spaces the attempts to open a new renewal stream.
-	retryPause = 50 * time.Millisecond
+	// retryFirst is the pause before the first attempt to open a new
+	// renewal stream after one failed; each later pause, until a stream
+	// gets an answer, is twice the one before, at most retryMax and, once
+	// etcd told the TTL, the interval between two renewals: after the
+	// first few, at most one attempt a second.
+	retryFirst = 50 * time.Millisecond
+	retryMax   = time.Second
+
+	// MinMargin is the smallest margin [WithMargin] takes: the margin also
+	// covers the delay between the deadline and the moment this process
+	// runs its timer and makes the loss, which a shorter one cannot.
+	MinMargin = time.Millisecond
 )
 
 // An Option changes how [Lock] and [Campaign] keep a lease.
@@ -61,7 +73,8 @@ type options struct {
 // process acts on a timer; [Lock] and [Campaign] refuse one of half the TTL
 // or more, which leaves the renewals no time to be confirmed.
 //
-// WithMargin panics if margin is negative.
+// WithMargin panics if margin is negative; Lock and Campaign refuse a
+// margin under MinMargin.
 func WithMargin(margin time.Duration) Option {
 	if margin < 0 {
 		panic("etcdlease: WithMargin called with a negative margin")
@@ -80,26 +93,46 @@ type renewer struct {
 	id     clientv3.LeaseID
 	margin time.Duration // < 0: the default
 
-	stop context.CancelFunc
-	done chan struct{} // closed when run returns
+	stop   context.CancelFunc
+	done   chan struct{} // closed when run returns
+	failed chan struct{} // closed when loss is set
 
 	mu       sync.Mutex
 	sent     time.Time     // send time of the last confirmed renewal
 	ttl      time.Duration // the TTL granted in that confirmation
 	deadline time.Time
 	timer    *time.Timer
-	loss     error       // set once: the deadline passed or etcd has no lease
+	loss     error       // set once: the deadline passed, etcd has no lease or refused to renew it
 	lose     func(error) // the attached lease's loss, nil before attach
+	last     error       // why the last renewal stream ended
 }
 
 // startRenewing starts renewing the etcd lease of s and returns once etcd
 // confirmed a first renewal, or told that it has no such lease (the renewer
 // then holds the loss), or ctx ended. The caller stops the renewer with
 // close, or hands it to a lease with attach.
-func startRenewing(ctx context.Context, s *concurrency.Session, opts []Option) (*renewer, error) {
+//
+// With withSession, startRenewing fails when s has ended, or ends before
+// the first confirmation.
+func startRenewing(ctx context.Context, s *concurrency.Session, opts []Option, withSession bool) (*renewer, error) {
 	o := options{margin: -1}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.margin >= 0 && o.margin < MinMargin {
+		return nil, fmt.Errorf("margin %v is under its floor %v: it must also cover the delay with which this process runs its timer", o.margin, MinMargin)
+	}
+	if err := s.Client().Ctx().Err(); err != nil {
+		return nil, fmt.Errorf("the session's etcd client was closed: %w", err)
+	}
+	var ended <-chan struct{} // nil: the renewer may outlive the session, to tell why it ended
+	if withSession {
+		ended = s.Done()
+		select {
+		case <-ended:
+			return nil, fmt.Errorf("%w: session %x ended before Lock (closed, orphaned, or its etcd lease gone)", ErrSessionClosed, s.Lease())
+		default:
+		}
 	}
 	rctx, stop := context.WithCancel(context.Background())
 	r := &renewer{
@@ -108,26 +141,48 @@ func startRenewing(ctx context.Context, s *concurrency.Session, opts []Option) (
 		margin: o.margin,
 		stop:   stop,
 		done:   make(chan struct{}),
+		failed: make(chan struct{}),
 	}
 	first := make(chan struct{})
 	go r.run(rctx, first)
+	var err error
 	select {
 	case <-first:
+	case <-r.failed:
 	case <-ctx.Done():
-		r.close()
-		return nil, fmt.Errorf("no renewal of etcd lease %x confirmed: %w", r.id, ctx.Err())
+		err = fmt.Errorf("no renewal of etcd lease %x confirmed: %w", r.id, context.Cause(ctx))
 	case <-s.Client().Ctx().Done():
+		err = fmt.Errorf("no renewal of etcd lease %x confirmed: the client was closed", r.id)
+	case <-ended:
+		err = fmt.Errorf("%w: no renewal of etcd lease %x confirmed before the session ended: its client's own renewals went unanswered for its TTL, or it was closed",
+			ErrSessionClosed, r.id)
+	}
+	if err != nil {
 		r.close()
-		return nil, fmt.Errorf("no renewal of etcd lease %x confirmed: the client was closed", r.id)
+		if last := r.lastErr(); last != nil {
+			err = fmt.Errorf("%w; the last renewal stream ended with: %w", err, last)
+		}
+		return nil, err
 	}
 	r.mu.Lock()
 	loss, ttl := r.loss, r.ttl
 	r.mu.Unlock()
+	if loss != nil && errors.Is(loss, ErrRenewalRefused) {
+		r.close()
+		return nil, loss
+	}
 	if loss == nil && r.margin >= ttl/2 {
 		r.close()
 		return nil, fmt.Errorf("margin %v is not less than half the TTL %v etcd granted", r.margin, ttl)
 	}
 	return r, nil
+}
+
+// lastErr returns why the last renewal stream ended, nil if none did.
+func (r *renewer) lastErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
 }
 
 // attach makes lose the loss of the lease the renewer keeps, and calls it at
@@ -214,6 +269,7 @@ func (r *renewer) fail(loss error) {
 		return
 	}
 	r.loss = loss
+	close(r.failed)
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -246,29 +302,56 @@ func (r *renewer) run(ctx context.Context, first chan struct{}) {
 		}
 		r.mu.Unlock()
 	}()
+	pause := retryFirst
 	for ctx.Err() == nil {
-		r.stream(ctx, &first)
+		answered, err := r.stream(ctx, &first)
+		if ctx.Err() != nil {
+			return
+		}
+		r.mu.Lock()
+		r.last = err
+		if status.Code(err) == codes.PermissionDenied {
+			// etcd refuses to renew a lease whose keys the role may no
+			// longer write: it will expire it, and retrying asks in
+			// vain. A false loss if the permission comes back in time.
+			r.fail(fmt.Errorf("%w: etcd refused to renew etcd lease %x: %w", ErrRenewalRefused, r.id, err))
+			return
+		}
+		r.mu.Unlock()
+		if answered {
+			pause = retryFirst
+		}
+		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
-		case <-time.After(retryPause):
+			t.Stop()
+		case <-t.C:
 		}
+		pause = min(2*pause, retryMax)
+		r.mu.Lock()
+		if r.ttl > 0 {
+			pause = min(pause, r.ttl/renewalsPerTTL) // no later than the next renewal was due
+		}
+		r.mu.Unlock()
 	}
 }
 
 // stream renews the lease on one keepalive stream until the stream fails or
-// ctx ends. Each answer is matched to the oldest renewal not yet answered:
-// etcd answers the renewals of a stream in order.
-func (r *renewer) stream(ctx context.Context, first *chan struct{}) {
+// ctx ends, and returns whether etcd answered on it and why it ended. Each
+// answer is matched to the oldest renewal not yet answered: etcd answers the
+// renewals of a stream in order.
+func (r *renewer) stream(ctx context.Context, first *chan struct{}) (answered bool, ended error) {
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	st, err := r.lc.LeaseKeepAlive(sctx)
 	if err != nil {
-		return
+		return false, fmt.Errorf("open a renewal stream: %w", err)
 	}
 	answers := make(chan *pb.LeaseKeepAliveResponse)
 	failed := make(chan struct{})
+	var recvErr error // set before failed is closed
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -276,6 +359,7 @@ func (r *renewer) stream(ctx context.Context, first *chan struct{}) {
 		for {
 			resp, err := st.Recv()
 			if err != nil {
+				recvErr = err
 				return
 			}
 			select {
@@ -287,12 +371,12 @@ func (r *renewer) stream(ctx context.Context, first *chan struct{}) {
 	}()
 
 	var sent []time.Time // the send times of the renewals not yet answered
-	send := func() bool {
+	send := func() error {
 		sent = append(sent, time.Now()) // before the send: never later than etcd's receipt
-		return st.Send(&pb.LeaseKeepAliveRequest{ID: int64(r.id)}) == nil
+		return st.Send(&pb.LeaseKeepAliveRequest{ID: int64(r.id)})
 	}
-	if !send() {
-		return
+	if err := send(); err != nil {
+		return false, fmt.Errorf("send a renewal: %w", err)
 	}
 	every := r.interval()
 	tick := time.NewTicker(every)
@@ -300,14 +384,15 @@ func (r *renewer) stream(ctx context.Context, first *chan struct{}) {
 	for {
 		select {
 		case <-sctx.Done():
-			return
+			return answered, sctx.Err()
 		case <-failed:
-			return
+			return answered, fmt.Errorf("receive a renewal's answer: %w", recvErr)
 		case <-tick.C:
-			if !send() {
-				return
+			if err := send(); err != nil {
+				return answered, fmt.Errorf("send a renewal: %w", err)
 			}
 		case resp := <-answers:
+			answered = true
 			at := sent[0]
 			sent = sent[1:]
 			if resp.TTL <= 0 {

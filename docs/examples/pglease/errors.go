@@ -56,6 +56,12 @@ var ErrStandby = errors.New("pglease: the server is a standby in recovery, whose
 // lease live at that moment is lost with it.
 var ErrPooled = errors.New("pglease: the connection goes through a pooler that may share its session")
 
+// ErrNotGranted is returned by Lock, wrapped, when pg_advisory_lock returned
+// and pg_locks does not show the lock granted to the lease's session: Lock
+// checks the grant before it hands out a lease, and then releases what the
+// session may hold and closes it.
+var ErrNotGranted = errors.New("pglease: the server did not grant the lock to the lease's session")
+
 // ErrSessionEnded is wrapped by the error of [Lease.Unlock] when it could
 // not release the lock with pg_advisory_unlock and ended the lease's
 // session instead, which frees the lock: at once when the server sees the

@@ -11,6 +11,7 @@ const (
 	StepAcquire  = stepAcquire
 	StepCheck    = stepCheck
 	StepSettings = stepSettings
+	StepProbe    = stepProbe
 	StepWait     = stepWait
 	StepClaim    = stepClaim
 	StepFence    = stepFence
@@ -28,7 +29,7 @@ func SetTimeouts(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 		return err
 	}
 	s := newSession(conn, c.Deadline)
-	if _, err := s.check(ctx, c, 0); err != nil {
+	if _, _, err := s.check(ctx, c, 0); err != nil {
 		return err
 	}
 	return s.set(ctx, c)
@@ -45,4 +46,13 @@ func Claim(ctx context.Context, conn *pgx.Conn, key int64) (func(), error) {
 		return nil, err
 	}
 	return claim(ctx, id)
+}
+
+// SetLockSQL makes Lock wait for the lock with sql, a format of the key
+// (%d) and the session's condition (%s), and returns the func that puts
+// the statement back. It must not be called while a Lock runs.
+func SetLockSQL(sql string) (restore func()) {
+	old := lockSQL
+	lockSQL = sql
+	return func() { lockSQL = old }
 }

@@ -12,11 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// heartbeat is the heartbeat message: the simple query select
-// pg_backend_pid(), which the server answers with the session's process id
-// and ReadyForQuery.
+// heartbeat is the heartbeat message: a simple query, which the server
+// answers with the session's process id and mark (see session.ours), and
+// ReadyForQuery.
 var heartbeat = func() []byte {
-	q := "select pg_backend_pid()\x00"
+	q := probeSQL + "\x00"
 	n := 4 + len(q)
 	return append([]byte{'Q', byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}, q...)
 }()
@@ -97,8 +97,8 @@ func (l *Lease) follow() {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.DataRow:
-			if len(m.Values) != 1 || pid(m.Values[0]) != l.s.backend {
-				l.lose(fmt.Errorf("%w: a heartbeat was answered by server process %q, the lease's is %d",
+			if len(m.Values) != 2 || pid(m.Values[0]) != l.s.backend || string(m.Values[1]) != l.s.marker {
+				l.lose(fmt.Errorf("%w: a heartbeat was answered by a session that is not the lease's (%q; the lease's server process is %d)",
 					ErrPooled, m.Values, l.s.backend))
 				l.close()
 				return

@@ -2,101 +2,17 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/zukhruf/lease/controller"
 	"github.com/zukhruf/lease/signal"
 )
-
-// The defaults of [Config].
-const (
-	DefaultHeartbeat     = time.Second
-	DefaultDeadline      = 5 * time.Second
-	DefaultServerTimeout = 10 * time.Second
-)
-
-// Config sets how a lease confirms its session. The zero Config uses the
-// defaults; [Lock] is Config{}.Lock.
-//
-// The deadline rule: a lease is lost once no heartbeat sent in the last
-// Deadline has been confirmed, and Lock sets the session's server timeouts so
-// that PostgreSQL frees the lock of a silent session no sooner than
-// ServerTimeout after the last heartbeat it received, which it received after
-// that heartbeat was sent. Deadline < ServerTimeout therefore makes a silent
-// lease lost before the server could free its lock, as long as the two
-// machines' clocks run at the same rate (they measure intervals, not
-// instants).
-type Config struct {
-	// Heartbeat is the time between two heartbeats (DefaultHeartbeat if
-	// zero). A heartbeat is the statement select pg_backend_pid(), sent on
-	// the lease's session without waiting for the previous one's reply.
-	Heartbeat time.Duration
-
-	// Deadline is how long after sending a heartbeat the lease stays live
-	// without a later one confirmed (DefaultDeadline if zero). It must be
-	// longer than Heartbeat plus the round trip, or the lease is lost for
-	// nothing.
-	Deadline time.Duration
-
-	// ServerTimeout is the silence after which the server ends the lease's
-	// session and frees its lock (DefaultServerTimeout if zero); it must be
-	// longer than Deadline. Lock sets it for the session as
-	// idle_session_timeout and tcp_user_timeout, and sets the TCP keepalives
-	// so that they give up no sooner.
-	ServerTimeout time.Duration
-
-	// Fence, if not nil, names a table (key bigint primary key, token bigint
-	// not null) in which Lock takes the lease's fencing token, in the
-	// lease's session once the lock is granted: see [Lease.Token].
-	Fence pgx.Identifier
-
-	// SessionPooler declares that the pool's connections reach the server
-	// through a pooler in session mode, such as PgBouncer with pool_mode =
-	// session, which gives each client connection a server connection of its
-	// own until the client disconnects. Lock refuses a connection whose
-	// server process is not the one it reported at startup ([ErrPooled]):
-	// that is the mark of every pooler, and in transaction or statement mode
-	// a pooler lets two clients share a session and its locks. With
-	// SessionPooler set, Lock takes the lease on such a connection, and what
-	// can still be checked is: every statement of Lock and every heartbeat
-	// must be answered by the same server process, or Lock fails with
-	// ErrPooled and a live lease is lost with it. Set it only for a pooler
-	// known to be in session mode: in transaction mode those checks catch
-	// most of the sharing, not all of it.
-	SessionPooler bool
-
-	// Secret, if not empty, keys the derivation of the lock's key from the
-	// subject: see [Config.Key]. Every process that takes the same locks must
-	// use the same secret.
-	Secret []byte
-}
-
-func (c Config) withDefaults() (Config, error) {
-	if c.Heartbeat == 0 {
-		c.Heartbeat = DefaultHeartbeat
-	}
-	if c.Deadline == 0 {
-		c.Deadline = DefaultDeadline
-	}
-	if c.ServerTimeout == 0 {
-		c.ServerTimeout = DefaultServerTimeout
-	}
-	switch {
-	case c.Heartbeat < 0 || c.Deadline < 0 || c.ServerTimeout < 0:
-		return c, fmt.Errorf("negative duration in heartbeat %v, deadline %v, server timeout %v", c.Heartbeat, c.Deadline, c.ServerTimeout)
-	case c.Heartbeat >= c.Deadline:
-		return c, fmt.Errorf("heartbeat %v not shorter than the deadline %v", c.Heartbeat, c.Deadline)
-	case c.Deadline >= c.ServerTimeout:
-		return c, fmt.Errorf("deadline %v not shorter than the server timeout %v", c.Deadline, c.ServerTimeout)
-	}
-	return c, nil
-}
 
 // Lease is a session-level advisory lock held by a session of its own, and
 // the lease that tells its holder when the lock is gone.
@@ -143,6 +59,19 @@ func Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*Lease, erro
 // lock of c.Key(subject), with pg_advisory_lock, and returns the lease of
 // that lock. The signal's subject is subject.
 //
+// Lock refuses at once, with an error that names the mistake and wraps
+// its cause, a Config out of range, a connection the server refuses (a
+// credential, a database, a role, a permission), a name that does not
+// resolve, an address where nothing listens; it retries with backoff, until
+// ctx ends, a connection that may succeed later (a server starting or
+// shutting down, too many connections), and then returns an error that
+// wraps both ctx's cause and the last attempt's. The README's "what you may
+// get wrong" lists each case. The SQL that Lock and the lease send names
+// every function, view and operator with its schema, pg_catalog, so that
+// the session's search_path cannot put others in their place; Lock checks
+// in pg_locks that the server granted the lock to its session
+// ([ErrNotGranted]).
+//
 // Before it changes anything in the session, Lock refuses a connection
 // through a pooler, with an error wrapping [ErrPooled], unless
 // [Config.SessionPooler] is set; it refuses a standby in recovery with
@@ -173,10 +102,8 @@ func (c Config) Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*
 	if ctx == nil {
 		panic("pglease: Lock called with a nil context")
 	}
-	if pool == nil {
-		panic("pglease: Lock called with a nil pool")
-	}
-	fail := func(err error) (*Lease, error) { return nil, fmt.Errorf("pglease: lock %q: %w", subject, err) }
+	checkPool(pool)
+	fail := func(err error) (*Lease, error) { return nil, fmt.Errorf("pglease: lock %s: %w", quote(subject), err) }
 	c, err := c.withDefaults()
 	if err != nil {
 		return fail(err)
@@ -185,12 +112,12 @@ func (c Config) Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*
 	if err := step(ctx, stepAcquire); err != nil {
 		return fail(err)
 	}
-	pconn, err := pool.Acquire(ctx)
+	pconn, err := acquire(ctx, pool)
 	if err != nil {
-		return fail(fmt.Errorf("take a connection out of the pool: %w", err))
+		return fail(err)
 	}
 	s := newSession(pconn.Hijack(), c.Deadline)
-	l, err := s.lock(ctx, c, key, subject)
+	l, err := s.lock(ctx, c, pool, key, subject)
 	if err != nil {
 		return fail(err)
 	}
@@ -199,7 +126,7 @@ func (c Config) Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*
 
 // lock takes the lease on s, which it owns from now on: on an error, it
 // releases what it took and closes s.
-func (s *session) lock(ctx context.Context, c Config, key int64, subject string) (*Lease, error) {
+func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key int64, subject string) (*Lease, error) {
 	held := false // the session may hold the lock
 	fail := func(err error) (*Lease, error) {
 		s.abandon(key, held)
@@ -208,7 +135,7 @@ func (s *session) lock(ctx context.Context, c Config, key int64, subject string)
 	if err := step(ctx, stepCheck); err != nil {
 		return fail(err)
 	}
-	id, err := s.check(ctx, c, key)
+	id, pooled, err := s.check(ctx, c, key)
 	if err != nil {
 		return fail(err)
 	}
@@ -217,6 +144,14 @@ func (s *session) lock(ctx context.Context, c Config, key int64, subject string)
 	}
 	if err := s.set(ctx, c); err != nil {
 		return fail(err)
+	}
+	if pooled {
+		if err := step(ctx, stepProbe); err != nil {
+			return fail(err)
+		}
+		if err := s.probe(ctx, pool); err != nil {
+			return fail(err)
+		}
 	}
 	if err := step(ctx, stepWait); err != nil {
 		return fail(err)
@@ -245,7 +180,7 @@ func (s *session) lock(ctx context.Context, c Config, key int64, subject string)
 	// while the session held the lock, and any silence it counts starts
 	// after it received that statement.
 	sent := time.Now()
-	if err := s.confirm(c.Deadline); err != nil {
+	if err := s.confirm(key, c.Deadline); err != nil {
 		unclaim()
 		return fail(err)
 	}
@@ -309,7 +244,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.once.Do(func() {
 		if err := l.release(ctx); err != nil {
-			l.err = fmt.Errorf("pglease: unlock %q: %w", l.ctrl.Subject(), err)
+			l.err = fmt.Errorf("pglease: unlock %s: %w", quote(l.ctrl.Subject()), err)
 		}
 	})
 	return l.err
@@ -343,7 +278,7 @@ func (l *Lease) release(ctx context.Context) error {
 		<-l.read
 	}
 	if !ended {
-		return fmt.Errorf("the lease was lost before: %w", l.ctrl.Signal().Err())
+		return lostBefore{l.ctrl.Signal().Err()}
 	}
 	l.mu.Lock()
 	unanswered := len(l.sent)
@@ -360,7 +295,7 @@ func (l *Lease) release(ctx context.Context) error {
 	l.nc.SetDeadline(time.Time{})
 	rctx, cancel := context.WithTimeout(context.Background(), l.cfg.Deadline)
 	defer cancel()
-	row, err := l.s.query(rctx, fmt.Sprintf("select pg_advisory_unlock(%d), pg_backend_pid()", l.key))
+	row, err := l.s.query(rctx, fmt.Sprintf(unlockSQL, l.key, l.s.ours()))
 	if err != nil {
 		return fmt.Errorf("%w: release the lock: %w", ErrSessionEnded, err)
 	}
@@ -369,6 +304,21 @@ func (l *Lease) release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// lostBefore is the error of an Unlock of a lease lost before it: it
+// wraps the loss, a lost.Error, and says its cause without the subject,
+// which the Unlock's error already names.
+type lostBefore struct{ loss error }
+
+func (e lostBefore) Error() string {
+	cause := errors.Unwrap(e.loss)
+	if cause == nil {
+		cause = e.loss
+	}
+	return "the lease was lost before: " + cause.Error()
+}
+
+func (e lostBefore) Unwrap() error { return e.loss }
 
 // errNoReply stands for a pending read that ended without a reply to every
 // heartbeat in flight and without a cut, as when the connection failed.
@@ -389,6 +339,7 @@ const (
 	stepAcquire  = "acquire"  // take a connection out of the pool
 	stepCheck    = "check"    // the pooler, standby and held checks
 	stepSettings = "settings" // the session's timeouts
+	stepProbe    = "probe"    // the check that a pooler does not share the session
 	stepWait     = "wait"     // pg_advisory_lock
 	stepClaim    = "claim"    // the process's other leases of the lock
 	stepFence    = "fence"    // the fencing token

@@ -263,10 +263,12 @@ func TestLockMisuse(t *testing.T) {
 	for name, f := range map[string]func(){
 		"nil context": func() { pglease.Lock(nilCtx, pool, "x") },
 		"nil pool":    func() { pglease.Lock(context.Background(), nil, "x") },
+		"zero pool":   func() { pglease.Lock(context.Background(), new(pgxpool.Pool), "x") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
-				if r, _ := recover().(string); !strings.HasPrefix(r, "pglease: Lock called with a nil") {
+				if r, _ := recover().(string); !strings.HasPrefix(r, "pglease: Lock called with a nil") &&
+					r != "pglease: Lock called with a pool not made by pgxpool.New or pgxpool.NewWithConfig" {
 					t.Errorf("recover() = %q, want a panic naming pglease.Lock", r)
 				}
 			}()

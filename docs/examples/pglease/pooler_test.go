@@ -291,3 +291,29 @@ func TestLockOutlastsRoleTimeouts(t *testing.T) {
 	}
 	unlock(t, l)
 }
+
+// TestLockCutAtProbe cuts, through PgBouncer in session mode with
+// SessionPooler set, the context of a Lock before its check that the pooler
+// does not share the session: context.Canceled, and no lock or waiter left.
+func TestLockCutAtProbe(t *testing.T) {
+	b := startBouncer(t, "session", 4)
+	admin := connect(t, server, server.Addr())
+	cfg := fast
+	cfg.SessionPooler = true
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pglease.SetStepHook(func(_ context.Context, s string) {
+		if s == pglease.StepProbe {
+			cancel()
+		}
+	})
+	defer pglease.SetStepHook(nil)
+	l, err := cfg.Lock(ctx, newPool(t, server, b.Addr()), "cut at the probe")
+	if !errors.Is(err, context.Canceled) {
+		if l != nil {
+			unlock(t, l)
+		}
+		t.Fatalf("Lock cut before the probe = %v, want context.Canceled", err)
+	}
+	waitKeyFree(t, admin, cfg.Key("cut at the probe"))
+}

@@ -342,3 +342,38 @@ func (s *Server) Close() error {
 	}
 	return err
 }
+
+// RequirePassword makes the server ask role for its password
+// (scram-sha-256) over TCP and on the Unix-domain socket, by lines put first
+// in pg_hba.conf and a reload, and returns once the server refuses role
+// without one. Other roles keep trust.
+func (s *Server) RequirePassword(role string) error {
+	hba := filepath.Join(s.data(), "pg_hba.conf")
+	old, err := os.ReadFile(hba)
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	lines := fmt.Sprintf("local all %[1]s scram-sha-256\nhost all %[1]s 0.0.0.0/0 scram-sha-256\nhost all %[1]s ::/0 scram-sha-256\n", role)
+	if err := os.WriteFile(hba, append([]byte(lines), old...), 0o600); err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	if out, err := s.command("pg_ctl", "reload", "-D", s.data()).CombinedOutput(); err != nil {
+		return fmt.Errorf("pgtest: pg_ctl reload: %w: %s", err, out)
+	}
+	deadline := time.Now().Add(readyTimeout)
+	url := fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", role, s.Addr())
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := pgx.Connect(ctx, url)
+		cancel()
+		if err == nil {
+			c.Close(context.Background())
+		} else if strings.Contains(err.Error(), "28P01") || strings.Contains(err.Error(), "password") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgtest: the server still lets %s in without a password %v after the reload", role, readyTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
