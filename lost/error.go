@@ -5,7 +5,10 @@
 // issuer's cause matches too, because Error unwraps to it.
 package lost
 
-import "log/slog"
+import (
+	"log/slog"
+	"unicode/utf8"
+)
 
 // Error reports that a lease was lost: the holder no longer has the right to
 // act for Subject. It carries the issuer's cause, if the issuer gave one.
@@ -39,10 +42,13 @@ func (e *Error) Unwrap() error { return e.cause }
 // Error returns "lease lost", then ": " and the subject, then ": " and the
 // cause, each left out when empty:
 // "lease lost: orders: the coordinator refused the claim".
+// A subject longer than [MaxQuoted] bytes is cut there, at a character's
+// start, and followed by "…": a subject is user input, and the message is
+// logged with every loss. [Error.Subject] returns it whole.
 func (e *Error) Error() string {
 	msg := "lease lost"
 	if e.subject != "" {
-		msg += ": " + e.subject
+		msg += ": " + quoted(e.subject)
 	}
 	if e.cause != nil {
 		msg += ": " + e.cause.Error()
@@ -50,11 +56,28 @@ func (e *Error) Error() string {
 	return msg
 }
 
-// LogValue makes an Error log as a group with the attributes subject and,
-// when there is one, cause.
+// LogValue makes an Error log as a group with the attributes subject (cut
+// as in [Error.Error]) and, when there is one, cause.
 func (e *Error) LogValue() slog.Value {
 	if e.cause == nil {
-		return slog.GroupValue(slog.String("subject", e.subject))
+		return slog.GroupValue(slog.String("subject", quoted(e.subject)))
 	}
-	return slog.GroupValue(slog.String("subject", e.subject), slog.String("cause", e.cause.Error()))
+	return slog.GroupValue(slog.String("subject", quoted(e.subject)), slog.String("cause", e.cause.Error()))
+}
+
+// MaxQuoted is the most bytes of a subject that [Error.Error] and
+// [Error.LogValue] quote.
+const MaxQuoted = 128
+
+// quoted returns subject cut to at most MaxQuoted bytes at a character's
+// start, with "…" after it if it was cut.
+func quoted(subject string) string {
+	if len(subject) <= MaxQuoted {
+		return subject
+	}
+	cut := MaxQuoted
+	for cut > 0 && !utf8.RuneStart(subject[cut]) {
+		cut--
+	}
+	return subject[:cut] + "…"
 }

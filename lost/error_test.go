@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/zukhruf/lease/lost"
@@ -21,6 +22,10 @@ func TestError(t *testing.T) {
 		{"no cause", "orders", nil, "lease lost: orders"},
 		{"no subject", "", refused, "lease lost: the coordinator refused the claim"},
 		{"neither", "", nil, "lease lost"},
+		{"subject of MaxQuoted bytes", strings.Repeat("a", lost.MaxQuoted), nil, "lease lost: " + strings.Repeat("a", lost.MaxQuoted)},
+		{"long subject cut", strings.Repeat("a", 1<<20), refused, "lease lost: " + strings.Repeat("a", lost.MaxQuoted) + "…: the coordinator refused the claim"},
+		// "é" is two bytes: a cut inside it would leave invalid UTF-8.
+		{"cut at a character's start", "a" + strings.Repeat("é", lost.MaxQuoted), nil, "lease lost: a" + strings.Repeat("é", lost.MaxQuoted/2-1) + "…"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := lost.New(tc.subject, tc.cause)

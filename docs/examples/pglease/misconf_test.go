@@ -294,6 +294,9 @@ func TestMistakeLongSubject(t *testing.T) {
 	l := lock(t, fast, newPool(t, server, server.Addr()), subject)
 	terminate(t, admin, holder(t, admin, l.Key()))
 	waitLost(t, l)
+	if n := len(l.Signal().Err().Error()); n > limit {
+		t.Errorf("Signal().Err() is %d bytes, want at most %d: %.200s", n, limit, l.Signal().Err())
+	}
 	err = l.Unlock(context.Background())
 	var lostErr *lost.Error
 	if !errors.As(err, &lostErr) || lostErr.Subject() != subject || !errors.Is(err, pglease.ErrTerminated) {
