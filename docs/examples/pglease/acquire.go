@@ -49,8 +49,12 @@ func acquire(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, error) {
 			return c, nil
 		}
 		if ctx.Err() != nil {
-			if last == nil {
-				return nil, fmt.Errorf("take a connection out of the pool: %w", err)
+			if cause := context.Cause(ctx); last == nil {
+				if errors.Is(err, cause) {
+					return nil, fmt.Errorf("take a connection out of the pool: %w", err)
+				}
+				// The pool reports ctx's error, not its cause.
+				return nil, fmt.Errorf("take a connection out of the pool: cut by its context: %w: %w", cause, err)
 			}
 			return nil, fmt.Errorf("take a connection out of the pool: cut by its context after %d attempts: %w; the last attempt before: %w",
 				attempts, context.Cause(ctx), last)

@@ -351,7 +351,8 @@ func TestMistakeTooManyConnections(t *testing.T) {
 }
 
 // TestMistakePoolExhausted: the caller holds every connection of the pool
-// (MaxConns 1): Lock waits for one, bounded by its context.
+// (MaxConns 1): Lock waits for one, bounded by its context, and its error
+// wraps both the context's error and its cause.
 func TestMistakePoolExhausted(t *testing.T) {
 	var c dialCounter
 	pool := c.pool(t, server.ConnString(server.Addr()), func(p *pgxpool.Config) { p.MaxConns = 1 })
@@ -359,10 +360,11 @@ func TestMistakePoolExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	errShutdown := errors.New("the caller shuts down")
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 300*time.Millisecond, errShutdown)
 	defer cancel()
-	if _, err := fast.Lock(ctx, pool, "exhausted"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Lock with the pool exhausted = %v, want context.DeadlineExceeded", err)
+	if _, err := fast.Lock(ctx, pool, "exhausted"); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errShutdown) {
+		t.Errorf("Lock with the pool exhausted = %v, want it to wrap context.DeadlineExceeded and the context's cause", err)
 	}
 	held.Release()
 	unlock(t, lock(t, fast, pool, "exhausted"))
