@@ -30,3 +30,8 @@ func (l *Lease) LoseFirst(cause error) bool {
 // FireLoss cancels every context and starts every callback registered on a
 // lease that LoseFirst lost, as Lose does before it returns.
 func (l *Lease) FireLoss() { l.fireRegistry() }
+
+// Live reports whether l is neither lost nor ended; Ended whether it was
+// ended. Each is one atomic load, with the order of Lose's and End's moves.
+func (l *Lease) Live() bool  { return l.state.load() == stateLive }
+func (l *Lease) Ended() bool { return l.state.load() == stateEnded }

@@ -35,8 +35,10 @@ type flightContext struct {
 	lease  core.Lease
 	parent context.Context
 
-	made     atomic.Bool // ctx and cancel are set and never change again
-	finished atomic.Bool // fn has returned
+	// made is set once ctx and cancel are, which never change again.
+	// Whether fn has returned is the lease's state: the flight ends its
+	// lease when fn returns, and nothing else ends it.
+	made atomic.Bool
 
 	mu     sync.Mutex // guards the making of ctx
 	ctx    context.Context
@@ -56,11 +58,11 @@ func (c *flightContext) get() context.Context {
 		c.ctx, c.cancel = context.WithCancelCause(c.parent)
 		c.made.Store(true)
 		// After made, as lose and finish look at made after the loss or
-		// the return: one of each pair sees the other's store and
-		// cancels (twice does no harm, the first cause stays).
+		// the end of the lease: one of each pair sees the other's move
+		// and cancels (twice does no harm, the first cause stays).
 		if err := c.lease.Err(); err != nil {
 			c.cancel(err) // made by fn after its flight was forgotten
-		} else if c.finished.Load() {
+		} else if c.lease.Ended() {
 			c.cancel(context.Canceled) // asked for by a goroutine that outlived fn
 		}
 	}
@@ -75,12 +77,12 @@ func (c *flightContext) lose(err error) {
 	}
 }
 
-// finish cancels the context, if it was made, once fn has returned, so that
-// it leaves parent's children; a context made later is cancelled as made.
-// A flight forgotten before fn returned keeps the loss as the cause, even
-// where finish comes before Forget cancels.
+// finish cancels the context, if it was made, once fn has returned and the
+// lease is ended or lost, so that it leaves parent's children; a context
+// made later is cancelled as made. A flight forgotten before fn returned
+// keeps the loss as the cause, even where finish comes before Forget
+// cancels.
 func (c *flightContext) finish() {
-	c.finished.Store(true)
 	if c.made.Load() {
 		if err := c.lease.Err(); err != nil {
 			c.cancel(err)
@@ -98,9 +100,9 @@ func (c *flightContext) Err() error {
 	if c.made.Load() {
 		return c.ctx.Err()
 	}
-	// Each of the three only ever turns from live to over, so three live
-	// answers mean that all three were live at the first of them.
-	if !c.finished.Load() && c.lease.Err() == nil && c.parent.Err() == nil {
+	// The lease and parent only ever turn from live to over, so two live
+	// answers mean that both were live at the first of them.
+	if c.lease.Live() && c.parent.Err() == nil {
 		return nil
 	}
 	return c.get().Err()
