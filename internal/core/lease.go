@@ -79,7 +79,7 @@ type ctxEntry struct {
 // A waiter is one registration of an AfterLoss callback or a merged lease.
 type waiter struct {
 	lease      *Lease    // set before the waiter is shared, never changed: stop reads it unlocked
-	sh         shardSlot // the shard w is linked in, stored under its lock; nil when w is not linked
+	sh         shardSlot // the shard w was linked in, stored under its lock; nil until then
 	prev, next *waiter
 	f          func()                // AfterLoss: started in its own goroutine
 	lose       func(err *lost.Error) // Any: loses the merged lease with the source's error
@@ -87,10 +87,10 @@ type waiter struct {
 
 // unlink clears w's links and what it would call, so that a stop func the
 // holder keeps does not keep the callback alive. It runs with the shard's
-// lock held.
+// lock held. It leaves w's shard in place: a waiter with nothing to call is
+// one that was stopped, which a later stop finds under the same lock.
 func (w *waiter) unlink() {
 	w.prev, w.next, w.f, w.lose = nil, nil, nil, nil
-	w.sh.store(nil)
 }
 
 // detach clears w's links and what it would call, and returns them. Lose and
@@ -101,7 +101,6 @@ func (w *waiter) unlink() {
 func (w *waiter) detach() (next *waiter, f func(), lose func(*lost.Error)) {
 	next, f, lose = w.next, w.f, w.lose
 	w.prev, w.next, w.f, w.lose = nil, nil, nil, nil
-	w.sh.store(nil)
 	return next, f, lose
 }
 
@@ -697,15 +696,15 @@ func (l *Lease) add(w *waiter) bool {
 }
 
 // stop unlinks w and reports whether this call kept it from firing. The
-// shard w was linked in is read before its lock is taken, and again under
-// it: a waiter is linked in one shard at most once, so finding the same
-// shard with the lease live means w is still there.
+// shard w was linked in is read before its lock is taken: a waiter is
+// linked in one shard, once, and never moves, so under that lock, with the
+// lease live (no loss or end has taken the shard's waiters) and something
+// to call (no stop has unlinked it), w is still there.
 func (w *waiter) stop() bool {
 	l := w.lease
-	sh := w.sh.load()
-	if sh != nil {
+	if sh := w.sh.load(); sh != nil {
 		sh.lock.Lock()
-		if w.sh.load() == sh && l.state.load() == stateLive {
+		if l.state.load() == stateLive && (w.f != nil || w.lose != nil) {
 			if w.prev != nil {
 				w.prev.next = w.next
 			} else {
