@@ -159,14 +159,14 @@ func TestAllocsContextLiveParent(t *testing.T) {
 }
 
 // TestSpreadShards: a new lease has no registry, and the set of shards that
-// Spread adds to the registry has one shard per core at least.
+// Spread adds to the registry has one shard per core at least, up to 64.
 func TestSpreadShards(t *testing.T) {
 	s := controller.New("orders").Signal()
 	if n := signal.Shards(s); n != 0 {
 		t.Errorf("Shards() of a new lease = %d, want 0", n)
 	}
 	signal.Spread(s)
-	if n, want := signal.Shards(s), 1+max(1, runtime.GOMAXPROCS(0)); n < want {
+	if n, want := signal.Shards(s), 1+min(max(1, runtime.GOMAXPROCS(0)), 64); n < want {
 		t.Errorf("Shards() after Spread = %d, want at least %d", n, want)
 	}
 }

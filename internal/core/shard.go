@@ -89,10 +89,11 @@ func (set *shardSet) pick() *shard { return &set.shards[procHint()&set.mask].sha
 // with GOMAXPROCS 1, and below GOMAXPROCS. procPin and procUnpin are the
 // runtime's own (sync.Pool pins the same way); the linkname to them is one
 // the runtime keeps for packages outside the standard library (Go issue
-// 67401). They cost 2 ns together, on a registration of 60 to 250 ns, and
-// buy the scaling of the table in docs/benchmarks.md (Scale rows): a hash of
-// the goroutine would put two goroutines of one core on two shards and two
-// cores on one.
+// 67401). They cost 4.5 to 5.4 ns together (BenchmarkProcHint, 2-core AMD
+// EPYC shared with other builds), on a registration of 60 to 400 ns, and
+// buy the scaling of docs/benchmarks.md's table "Every core at once": a hash
+// of the goroutine would put two goroutines of one core on two shards and
+// two cores on one.
 func procHint() int {
 	p := procPin()
 	procUnpin()
