@@ -450,9 +450,13 @@ func (l *Lease) lockShard() (sh *shard, own, made bool) {
 		return nil, false, false
 	}
 	r, made := l.registry()
-	if contended {
+	if contended && !made {
 		// This registration goes to the registry's own shard; the next
-		// ones, to the set's.
+		// ones, to the set's. Only a registry that was there before gets
+		// a set: a registry made during a loss is taken off again by the
+		// call that made it (unlockRegistered), which fires its own shard
+		// alone, and a set on it could hold registrations of other calls
+		// that the Lose under way would never see.
 		r.spread(true)
 	}
 	return &r.shard, true, made
@@ -460,7 +464,10 @@ func (l *Lease) lockShard() (sh *shard, own, made bool) {
 
 // spread gives r its set of shards if it has none yet, for the lease
 // contexts of children made from Background; with all, for every other
-// registration too. It runs with the Lease's mutex held, on a live lease.
+// registration too. It runs with the Lease's mutex held, on a live lease,
+// and only on a registry that was there before the call that holds the
+// mutex: one that a registration made before it let go of the mutex, having
+// seen the lease live after it was in (see lockShard).
 func (r *registry) spread(all bool) {
 	set := r.set.load()
 	if set == nil {
