@@ -145,16 +145,22 @@ func TestLeaseCollectable(t *testing.T) {
 		{"ended", func(c *controller.Controller) { c.End() }},
 		{"ended after the loss", func(c *controller.Controller) { c.Lose(nil); c.End() }},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			parent, cancelParent := context.WithCancel(context.Background())
-			defer cancelParent()
-			p := useLease(tt.finish, parent)
-			if !collected(p) {
-				t.Errorf("the %s lease is still reachable", tt.name)
+	for _, spread := range []bool{false, true} {
+		for _, tt := range tests {
+			name := tt.name
+			if spread {
+				name += ", spread registry"
 			}
-			runtime.KeepAlive(parent)
-		})
+			t.Run(name, func(t *testing.T) {
+				parent, cancelParent := context.WithCancel(context.Background())
+				defer cancelParent()
+				p := useLease(tt.finish, parent, spread)
+				if !collected(p) {
+					t.Errorf("the %s lease is still reachable", name)
+				}
+				runtime.KeepAlive(parent)
+			})
+		}
 	}
 }
 
@@ -162,9 +168,13 @@ func TestLeaseCollectable(t *testing.T) {
 // the context made from parent, as a holder must, but neither stops its
 // callback nor cancels its context made from context.Background, since
 // a finished lease must not need that. It returns a weak pointer to the
-// lease.
-func useLease(finish func(*controller.Controller), parent context.Context) weak.Pointer[controller.Controller] {
+// lease. With spread, the registry has its set of shards first, as after
+// contention.
+func useLease(finish func(*controller.Controller), parent context.Context, spread bool) weak.Pointer[controller.Controller] {
 	c := controller.New("orders")
+	if spread {
+		controller.Spread(c)
+	}
 	sig := c.Signal()
 	sig.Done()
 	ran := make(chan struct{})
@@ -183,19 +193,24 @@ func useLease(finish func(*controller.Controller), parent context.Context) weak.
 // that context alive, as with context.WithCancel; once the lease has ended,
 // the parent must not keep the lease too.
 func TestEndedLeaseNotKeptByParent(t *testing.T) {
-	parent, cancelParent := context.WithCancel(context.Background())
-	defer cancelParent()
-	p := func() weak.Pointer[controller.Controller] {
-		c := controller.New("orders")
-		ctx, _ := c.Signal().Context(parent) // the cancel func is dropped on purpose
-		c.End()
-		if ctx.Err() != nil {
-			t.Errorf("ctx.Err() = %v after End, want nil", ctx.Err())
+	for _, spread := range []bool{false, true} {
+		parent, cancelParent := context.WithCancel(context.Background())
+		p := func() weak.Pointer[controller.Controller] {
+			c := controller.New("orders")
+			if spread {
+				controller.Spread(c)
+			}
+			ctx, _ := c.Signal().Context(parent) // the cancel func is dropped on purpose
+			c.End()
+			if ctx.Err() != nil {
+				t.Errorf("ctx.Err() = %v after End, want nil", ctx.Err())
+			}
+			return weak.Make(c)
+		}()
+		if !collected(p) {
+			t.Errorf("the ended lease (spread registry: %v) is still reachable from the parent of a context made from it", spread)
 		}
-		return weak.Make(c)
-	}()
-	if !collected(p) {
-		t.Error("the ended lease is still reachable from the parent of a context made from it")
+		runtime.KeepAlive(parent)
+		cancelParent()
 	}
-	runtime.KeepAlive(parent)
 }

@@ -98,6 +98,11 @@ func newPropLease(t *rapid.T) *propLease {
 	} else {
 		p.c = controller.New(subject)
 	}
+	// Half the leases run with the registry's set of shards from the
+	// start, as the first contention between registrations gives it.
+	if rapid.Bool().Draw(t, "spread") {
+		controller.Spread(p.c)
+	}
 	return p
 }
 

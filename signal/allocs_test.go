@@ -3,6 +3,7 @@ package signal_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/zukhruf/lease/controller"
@@ -82,32 +83,53 @@ func TestAllocsFirstDone(t *testing.T) {
 	}
 }
 
+// registries are the two shapes of a lease's registry that the allocation
+// counts must hold on: its own shard alone, as until the first contention,
+// and with the set of shards that contention adds.
+var registries = []struct {
+	name  string
+	setup func(*signal.Signal)
+}{
+	{"own shard", func(*signal.Signal) {}},
+	{"set of shards", signal.Spread},
+}
+
 // Registering a callback and stopping it costs the registration and the stop
 // func; the goal is at most 2.
 func TestAllocsAfterLoss(t *testing.T) {
-	s := controller.New("orders").Signal()
-	f := func() { panic("called") }
-	got := testing.AllocsPerRun(1000, func() {
-		stop := s.AfterLoss(f)
-		stop()
-	})
-	if got > 2 {
-		t.Errorf("AfterLoss and stop: %v allocations, want at most 2", got)
+	for _, r := range registries {
+		t.Run(r.name, func(t *testing.T) {
+			s := controller.New("orders").Signal()
+			r.setup(s)
+			f := func() { panic("called") }
+			got := testing.AllocsPerRun(1000, func() {
+				stop := s.AfterLoss(f)
+				stop()
+			})
+			if got > 2 {
+				t.Errorf("AfterLoss and stop: %v allocations, want at most 2", got)
+			}
+		})
 	}
 }
 
 // A context made from a live lease with Background as its parent is a child
-// of the lease's own context: it costs what context.WithCancel costs (the
-// context and its cancel func), 2, as a context.WithCancel of a lease that
-// is a context does. It starts no goroutine.
+// of a lease context: it costs what context.WithCancel costs (the context
+// and its cancel func), 2, as a context.WithCancel of a lease that is a
+// context does. It starts no goroutine.
 func TestAllocsContext(t *testing.T) {
-	s := controller.New("orders").Signal()
-	got := testing.AllocsPerRun(1000, func() {
-		_, cancel := s.Context(context.Background())
-		cancel()
-	})
-	if got != 2 {
-		t.Errorf("Context(Background) and cancel: %v allocations, want 2", got)
+	for _, r := range registries {
+		t.Run(r.name, func(t *testing.T) {
+			s := controller.New("orders").Signal()
+			r.setup(s)
+			got := testing.AllocsPerRun(1000, func() {
+				_, cancel := s.Context(context.Background())
+				cancel()
+			})
+			if got != 2 {
+				t.Errorf("Context(Background) and cancel: %v allocations, want 2", got)
+			}
+		})
 	}
 }
 
@@ -116,17 +138,35 @@ func TestAllocsContext(t *testing.T) {
 // takes it off the lease: 3. The context way (context.WithCancelCause of the
 // parent and context.AfterFunc on the lease's context) costs 6.
 func TestAllocsContextLiveParent(t *testing.T) {
-	s := controller.New("orders").Signal()
-	req, cancelReq := context.WithCancel(context.Background())
-	defer cancelReq()
-	got := testing.AllocsPerRun(1000, func() {
-		_, cancel := s.Context(req)
-		cancel()
-	})
-	if got != 3 {
-		t.Errorf("Context(req) and cancel: %v allocations, want 3", got)
+	for _, r := range registries {
+		t.Run(r.name, func(t *testing.T) {
+			s := controller.New("orders").Signal()
+			r.setup(s)
+			req, cancelReq := context.WithCancel(context.Background())
+			defer cancelReq()
+			got := testing.AllocsPerRun(1000, func() {
+				_, cancel := s.Context(req)
+				cancel()
+			})
+			if got != 3 {
+				t.Errorf("Context(req) and cancel: %v allocations, want 3", got)
+			}
+			if n := signal.Registrations(s); n != 0 {
+				t.Errorf("after every cancel, the signal keeps %d registrations, want 0", n)
+			}
+		})
 	}
-	if n := signal.Registrations(s); n != 0 {
-		t.Errorf("after every cancel, the signal keeps %d registrations, want 0", n)
+}
+
+// TestSpreadShards: a new lease has no registry, and the set of shards that
+// Spread adds to the registry has one shard per core at least, up to 64.
+func TestSpreadShards(t *testing.T) {
+	s := controller.New("orders").Signal()
+	if n := signal.Shards(s); n != 0 {
+		t.Errorf("Shards() of a new lease = %d, want 0", n)
+	}
+	signal.Spread(s)
+	if n, want := signal.Shards(s), 1+min(max(1, runtime.GOMAXPROCS(0)), 64); n < want {
+		t.Errorf("Shards() after Spread = %d, want at least %d", n, want)
 	}
 }

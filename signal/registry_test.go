@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -422,3 +424,165 @@ func TestContextBackgroundForgottenKeptUntilLossOrEnd(t *testing.T) {
 // forget drops a cancel func, as a holder that forgets it does, in a way go
 // vet's lostcancel accepts.
 func forget(context.CancelFunc) {}
+
+// TestContextRegistrationsBoundConcurrent makes and cancels contexts from
+// many goroutines at once, on a lease whose registry has its set of shards
+// (given by Spread, or by the contention itself), as a server's handlers do:
+// each goroutine streams requests with a few in flight, ends them in any
+// order, and calls, forgets or calls late the cancels, beside contexts of
+// the server's context that live throughout and contexts made from
+// Background. A checker goroutine meanwhile reads the registrations. Each
+// shard keeps at most twice the most of its contexts live at once, plus
+// one, and each shard's live contexts are at most all of them, so the lease
+// keeps at most shards × (2 × most live at once + 1) registrations, with at
+// least every context still live; compactions look at most at two entries
+// per context registered (docs/design.md, Registrations). After the loss,
+// every context still live was cancelled with it and nothing is kept.
+func TestContextRegistrationsBoundConcurrent(t *testing.T) {
+	const goroutines = 16
+	for _, spread := range []bool{true, false} {
+		t.Run(fmt.Sprintf("spread=%v", spread), func(t *testing.T) {
+			c := controller.New("orders")
+			s := c.Signal()
+			if spread {
+				signal.Spread(s)
+			}
+			var live, maxLive, made atomic.Int64
+			enter := func() {
+				n := live.Add(1)
+				for m := maxLive.Load(); n > m && !maxLive.CompareAndSwap(m, n); m = maxLive.Load() {
+				}
+			}
+			// check reads the lease against the counts. Shards are read
+			// one after another while registrations go on, so the bound
+			// uses the most live at once so far, read after.
+			check := func() error {
+				regs := signal.Registrations(s)
+				capacity, looks := signal.ContextSlots(s)
+				shards := int64(signal.Shards(s))
+				most := maxLive.Load()
+				if bound := shards * (2*most + 1); int64(regs) > bound {
+					return fmt.Errorf("%d registrations in %d shards with at most %d contexts live at once: want at most %d", regs, shards, most, bound)
+				}
+				if bound := shards * (4*most + 2); int64(capacity) > bound {
+					return fmt.Errorf("capacity for %d registrations in %d shards with at most %d contexts live at once: want at most %d", capacity, shards, most, bound)
+				}
+				if m := made.Load(); int64(looks) > 2*m {
+					return fmt.Errorf("compactions looked at %d entries for %d contexts registered: want at most %d", looks, m, 2*m)
+				}
+				return nil
+			}
+			server, stopServer := context.WithCancel(context.Background())
+			defer stopServer()
+			var wg sync.WaitGroup
+			var errs sync.Map
+			var long sync.Mutex
+			var longCtxs []context.Context
+			for g := range goroutines {
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(uint64(g), 1))
+					type inFlight struct {
+						ctx          context.Context
+						cancel       context.CancelFunc
+						end          context.CancelFunc
+						cancelFirst  bool
+						forgetCancel bool
+					}
+					var flight []inFlight
+					finish := func(f inFlight) {
+						if f.cancelFirst && !f.forgetCancel {
+							f.cancel()
+						}
+						f.end()
+						live.Add(-1)
+						if f.ctx.Err() == nil {
+							errs.Store("a context whose parent ended is not done", true)
+						}
+						if !f.cancelFirst && !f.forgetCancel {
+							f.cancel()
+						}
+					}
+					for i := range 2000 {
+						switch r.IntN(20) {
+						case 0:
+							// A context of the server's context, kept to the loss.
+							enter()
+							made.Add(1)
+							ctx, _ := s.Context(server) // kept until the loss, which cancels it
+							long.Lock()
+							longCtxs = append(longCtxs, ctx)
+							long.Unlock()
+							continue
+						case 1:
+							ctx, cancel := s.Context(context.Background())
+							if ctx.Err() != nil {
+								errs.Store("Context(Background) on a live lease is done", true)
+							}
+							cancel()
+							continue
+						}
+						if len(flight) == 1+g%8 {
+							j := r.IntN(len(flight))
+							if g%2 == 0 {
+								j = 0 // ended in order
+							}
+							finish(flight[j])
+							flight = append(flight[:j], flight[j+1:]...)
+						}
+						req, end := context.WithCancel(context.Background())
+						enter()
+						made.Add(1)
+						ctx, cancel := s.Context(req)
+						flight = append(flight, inFlight{ctx, cancel, end, r.IntN(2) == 0, r.IntN(3) == 0})
+						if i%100 == 0 {
+							runtime.Gosched()
+						}
+					}
+					for _, f := range flight {
+						finish(f)
+					}
+				})
+			}
+			checking := make(chan struct{})
+			checked := make(chan error, 1)
+			go func() {
+				for {
+					if err := check(); err != nil {
+						checked <- err
+						return
+					}
+					select {
+					case <-checking:
+						checked <- nil
+						return
+					default:
+						runtime.Gosched()
+					}
+				}
+			}()
+			wg.Wait()
+			close(checking)
+			if err := <-checked; err != nil {
+				t.Fatal(err)
+			}
+			if err := check(); err != nil {
+				t.Fatal(err)
+			}
+			errs.Range(func(k, _ any) bool { t.Error(k); return true })
+			if n := int64(signal.Registrations(s)); n < live.Load() {
+				t.Errorf("%d registrations with %d contexts live: a live context was dropped", n, live.Load())
+			}
+			t.Logf("%d shards, at most %d contexts live at once, %d registered, %d kept at the end",
+				signal.Shards(s), maxLive.Load(), made.Load(), signal.Registrations(s))
+			c.Lose(errRefused)
+			for i, ctx := range longCtxs {
+				if !errors.Is(context.Cause(ctx), errRefused) {
+					t.Fatalf("context %d of the server's context at the loss: Cause() = %v, want the loss", i, context.Cause(ctx))
+				}
+			}
+			if n := signal.Registrations(s); n != 0 {
+				t.Errorf("after the loss the lease keeps %d registrations, want 0", n)
+			}
+		})
+	}
+}

@@ -131,13 +131,17 @@ func (s *Signal) AfterLoss(f func()) (stop func() bool) {
 // many such registrations as the most contexts made from it that were live
 // at once, and a call to Context looks at two of them on average; the call
 // that drops them looks at all of them. A context whose parent never ends is
-// live, and is kept until its cancel, the loss or the release.
+// live, and is kept until its cancel, the loss or the release. Once calls
+// from several cores contend, the signal spreads its registrations over one
+// part per core, each bounded so; with S parts and at most L contexts live
+// at once it keeps at most S×(2L+1) (docs/design.md argues both bounds).
 //
-// A context made from Background or TODO is a child of the signal's own
-// context, as [context.WithCancel] makes one, and costs what that costs. If
-// its cancel is forgotten, the signal keeps it (124 bytes) until the loss or
-// the release, as a context keeps a child whose cancel was forgotten until
-// the parent ends.
+// A context made from Background or TODO is a child of one of the signal's
+// own contexts (one per core once such calls come from several cores), as
+// [context.WithCancel] makes one, and costs what that costs. If its cancel
+// is forgotten, the signal keeps it (124 bytes) until the loss or the
+// release, as a context keeps a child whose cancel was forgotten until the
+// parent ends.
 //
 // Context panics if parent is nil.
 func (s *Signal) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {

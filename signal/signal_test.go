@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -704,20 +705,31 @@ func TestEndRacingRegistrationsKeepsNone(t *testing.T) {
 		{"Context of Background", func(sig *signal.Signal) { sig.Context(context.Background()) }},
 		{"Any", func(sig *signal.Signal) { signal.Any(sig) }},
 	}
-	for _, r := range registrations {
-		t.Run(r.name, func(t *testing.T) {
-			for i := range 10000 {
-				c := controller.New("orders")
-				sig := c.Signal()
-				race(func() { r.register(sig) }, func() { c.End() })
-				if n := signal.Registrations(sig); n != 0 {
-					t.Fatalf("trial %d: %d registrations kept by an ended signal, want 0", i, n)
-				}
-				if signal.KeepsRegistry(sig) {
-					t.Fatalf("trial %d: an ended signal keeps its registry", i)
-				}
+	// On a spread registry the registration goes into a shard of the set,
+	// which End takes under the shard's lock.
+	for _, spread := range []bool{false, true} {
+		for _, r := range registrations {
+			name := r.name
+			if spread {
+				name += " on a spread registry"
 			}
-		})
+			t.Run(name, func(t *testing.T) {
+				for i := range 10000 {
+					c := controller.New("orders")
+					sig := c.Signal()
+					if spread {
+						signal.Spread(sig)
+					}
+					race(func() { r.register(sig) }, func() { c.End() })
+					if n := signal.Registrations(sig); n != 0 {
+						t.Fatalf("trial %d: %d registrations kept by an ended signal, want 0", i, n)
+					}
+					if signal.KeepsRegistry(sig) {
+						t.Fatalf("trial %d: an ended signal keeps its registry", i)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -771,19 +783,20 @@ func TestLoseRacingRegistrationsFiresAll(t *testing.T) {
 	}
 	// With an earlier registration, the racing one goes into a registry
 	// that was there before; the Lose must still fire the earlier one
-	// before it returns.
-	for _, earlier := range []bool{false, true} {
+	// before it returns. On a spread registry, both go into shards of its
+	// set, which the Lose walks after Done is closed.
+	for _, earlier := range []string{"", " after an earlier context", " after an earlier context, on a spread registry"} {
 		for _, r := range registrations {
-			name := r.name
-			if earlier {
-				name += " after an earlier context"
-			}
+			name := r.name + earlier
 			t.Run(name, func(t *testing.T) {
 				for i := range 10000 {
 					c := controller.New("orders")
 					sig := c.Signal()
 					var first context.Context
-					if earlier {
+					if earlier != "" {
+						if strings.HasSuffix(earlier, "spread registry") {
+							signal.Spread(sig)
+						}
 						first, _ = sig.Context(req)
 					}
 					var fired func() error

@@ -49,10 +49,12 @@ func Any(n int, src func(i int) *Lease) (l *Lease, release func()) {
 		// An ended source can never lose m: nothing to register.
 	}
 	// A source lost while the loop ran may have lost m, and m.unregister
-	// taken the waiters off, before later ones were added. Each add and
-	// that unregister's stop of the same waiter take the mutex of the same
-	// source, and m was lost before the stop, so when an add comes second
-	// the state read here sees the loss and the late waiters go too.
+	// taken the waiters off, before later ones were added. An add stores
+	// the waiter's shard under that shard's lock, and that unregister's
+	// stop reads it: either the stop finds the shard and takes its lock
+	// after the add, or it finds none because the add comes second; m was
+	// lost before the stop, so then the state read here sees the loss and
+	// the late waiters go too.
 	if m.state.load() != stateLive {
 		m.unregister()
 	}

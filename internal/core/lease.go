@@ -30,7 +30,7 @@ import (
 type Lease struct {
 	_     noCopy
 	state stateWord
-	mu    sync.Mutex // guards regs and what it holds; state and done change by compare-and-swap, see Lose, End and makeDone
+	mu    sync.Mutex // guards regs and its registry's own shard; state and done change by compare-and-swap, see Lose, End and makeDone
 	// err is the error Err returns, kept in the lease so that a loss makes no
 	// allocation of its own. Its subject is set by New and never written
 	// again, so it is read at any time; its cause is written once, by the
@@ -49,33 +49,23 @@ func (*noCopy) Unlock() {}
 
 // A registry holds what is registered on a live lease. It is made at the
 // first registration, so that a lease nobody registers on stays one
-// allocation of 64 bytes, and dropped at the loss or the end.
+// allocation of 64 bytes, and dropped at the loss or the end. Its own shard
+// is locked by the Lease's mutex; once a registration finds that mutex held
+// by another (a failed TryLock), or a context made from Background runs on
+// another core than the one that made the lease's context, the registry adds
+// a shardSet and later registrations go to the shard of their core (see
+// shard.go).
 type registry struct {
-	waiters *waiter // AfterLoss callbacks and merged leases, newest first
-
-	// ctx is the lease as a context, made by the first Context with a parent
-	// that carries nothing (Background or TODO); such contexts are its
-	// children. Set once; Context reads it without the mutex.
-	ctx contextSlot
-
-	// ctxs are the contexts made from any other parent, and the entries
-	// their cancels emptied. A context whose parent ends is not taken off
-	// at once (that would need a registration on the parent for every
-	// context, three allocations): when ctxs reaches limit, the next entry
-	// first compacts it, keeping the contexts still live, and sets limit to
-	// twice them. So ctxs never holds more than twice the most contexts
-	// live at once, whatever holders forget, for at most two looks per
-	// entry on average; docs/design.md argues it.
-	ctxs  []ctxEntry
-	limit int
-	looks int // entries compactions looked at, for tests of the bound
+	shard         // under the Lease's mutex
+	set   setSlot // set once, under the Lease's mutex, while the lease is live
 }
 
-// A leaseContext is a lease's own context and the func that cancels it with
-// the loss.
+// A leaseContext is a shard's lease context, the func that cancels it with
+// the loss, and the index of the core that made it.
 type leaseContext struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	p      int
 }
 
 // A ctxEntry is a context made from a parent other than Background, with the
@@ -88,22 +78,24 @@ type ctxEntry struct {
 
 // A waiter is one registration of an AfterLoss callback or a merged lease.
 type waiter struct {
-	lease      *Lease // set before the waiter is shared, never changed: stop reads it unlocked
+	lease      *Lease    // set before the waiter is shared, never changed: stop reads it unlocked
+	sh         shardSlot // the shard w was linked in, stored under its lock; nil until then
 	prev, next *waiter
 	f          func()                // AfterLoss: started in its own goroutine
 	lose       func(err *lost.Error) // Any: loses the merged lease with the source's error
-	linked     bool
 }
 
 // unlink clears w's links and what it would call, so that a stop func the
-// holder keeps does not keep the callback alive. It runs with the mutex held.
+// holder keeps does not keep the callback alive. It runs with the shard's
+// lock held. It leaves w's shard in place: a waiter with nothing to call is
+// one that was stopped, which a later stop finds under the same lock.
 func (w *waiter) unlink() {
-	w.prev, w.next, w.f, w.lose, w.linked = nil, nil, nil, nil, false
+	w.prev, w.next, w.f, w.lose = nil, nil, nil, nil
 }
 
 // detach clears w's links and what it would call, and returns them. Lose and
 // End, or a registration that found the lease no longer live
-// (unlockRegistered), call it without the mutex, on waiters taken off a lease
+// (unlockRegistered), call it without a lock, on waiters taken off a lease
 // that is no longer live: a concurrent stop sees the state and leaves them
 // alone.
 func (w *waiter) detach() (next *waiter, f func(), lose func(*lost.Error)) {
@@ -271,6 +263,13 @@ func (l *Lease) lose(cause error) bool {
 // losing: it writes the cause, closes Done, moves the state to lost and fires
 // what is registered.
 func (l *Lease) completeLoss(cause error) {
+	l.markLost(cause)
+	l.fireRegistry()
+}
+
+// markLost writes the cause, closes Done and moves the state to lost, once
+// lose has moved it to losing.
+func (l *Lease) markLost(cause error) {
 	l.setCause(cause)
 	// With no channel yet, closedchan takes its place, so that a racing
 	// makeDone finds it.
@@ -278,11 +277,22 @@ func (l *Lease) completeLoss(cause error) {
 		close(l.loadDone())
 	}
 	l.state.store(stateLost)
-	if l.regs.load() != nil {
-		if r := l.takeRegistry(); r != nil {
-			r.fire(l.lossErr())
-		}
+}
+
+// fireRegistry takes off what is registered on a lost lease, if anything,
+// and fires it: the registry's own shard, taken under the mutex, then each
+// shard of its set, under that shard's lock.
+func (l *Lease) fireRegistry() {
+	if l.regs.load() == nil {
+		return
 	}
+	r, t := l.takeRegistry()
+	if r == nil {
+		return
+	}
+	err := l.lossErr()
+	t.fire(err)
+	r.set.load().walk(func(t taken) { t.fire(err) })
 }
 
 // setCause writes the cause into l.err, leaving the subject alone: Subject
@@ -315,37 +325,19 @@ func (l *Lease) awaitLosing() {
 	}
 }
 
-// takeRegistry takes l's registry off under the mutex and returns it, or nil
-// if another call took it first. The lease must no longer be live.
-func (l *Lease) takeRegistry() *registry {
+// takeRegistry takes l's registry off under the mutex and returns it with
+// what its own shard held, or nil if another call took it first. The lease
+// must no longer be live.
+func (l *Lease) takeRegistry() (*registry, taken) {
 	l.mu.Lock()
 	r := l.regs.load()
 	l.regs.store(nil)
+	var t taken
+	if r != nil {
+		t = r.take()
+	}
 	l.mu.Unlock()
-	return r
-}
-
-// fire cancels every context in r and loses or starts every waiter, after
-// the loss: r is off the lease, and nothing adds to it any more.
-func (r *registry) fire(err *lost.Error) {
-	if lc := r.ctx.load(); lc != nil {
-		lc.cancel(err)
-	}
-	for i := range r.ctxs {
-		if cancel := r.ctxs[i].cancel; cancel != nil {
-			cancel(err)
-		}
-	}
-	r.ctxs = nil
-	for w := r.waiters; w != nil; {
-		next, f, lose := w.detach()
-		if lose != nil {
-			lose(err)
-		} else {
-			go f()
-		}
-		w = next
-	}
+	return r, t
 }
 
 // End ends a live lease and reports whether this call ended it.
@@ -355,7 +347,9 @@ func (r *registry) fire(err *lost.Error) {
 // A registration that was being made under the mutex meanwhile looks at the
 // state again once it is in (see unlockRegistered): the state word's operations
 // are sequentially consistent, so either End's load of regs below finds the
-// registry, or that second look finds the lease ended, and takes it off.
+// registry, or that second look finds the lease ended, and takes it off. A
+// registration in a shard of the registry's set looks at the state under
+// the shard's lock, which End takes after it moved the state.
 func (l *Lease) End() bool {
 	if !l.state.cas(stateLive, stateEnded) {
 		l.awaitLosing()
@@ -364,30 +358,27 @@ func (l *Lease) End() bool {
 	if l.regs.load() == nil {
 		return true
 	}
-	l.takeRegistry().drop()
+	if r, t := l.takeRegistry(); r != nil {
+		r.drop(t)
+	}
 	return true
 }
 
-// drop drops every registration in r and what it holds, even where the
-// holder keeps its stop func: the lease is ended and nothing can fire any
-// more. The lease's context is never cancelled now; its children stay its
-// own, and go with it. r may be nil.
-func (r *registry) drop() {
-	if r == nil {
-		return
-	}
-	r.ctxs = nil
-	for w := r.waiters; w != nil; {
-		w, _, _ = w.detach()
-	}
+// drop drops every registration in r and what it holds, t being what its
+// own shard held, even where the holder keeps its stop func: the lease is
+// ended and nothing can fire any more. The lease's contexts are never
+// cancelled now; their children stay their own, and go with them.
+func (r *registry) drop(t taken) {
+	t.drop()
+	r.set.load().walk(taken.drop)
 }
 
 // unlockRegistered unlocks the mutex after a registration was put in the
-// registry of a lease found live, and reports whether the registration
-// stands: false if the lease was ended meanwhile. made says whether this
-// registration made the registry. Neither End nor Lose waits for the mutex
-// to move the state, and either may have looked for the registry before it
-// was there:
+// registry's own shard on a lease found live, and reports whether the
+// registration stands: false if the lease was ended meanwhile. made says
+// whether this registration made the registry. Neither End nor Lose waits
+// for the mutex to move the state, and either may have looked for the
+// registry before it was there:
 //
 //   - After an end, the registry is taken off here and dropped, as End would
 //     have done.
@@ -405,12 +396,13 @@ func (l *Lease) unlockRegistered(made bool) bool {
 	}
 	r := l.regs.load()
 	l.regs.store(nil)
+	t := r.take()
 	l.mu.Unlock()
 	if s == stateEnded {
-		r.drop()
+		r.drop(t)
 		return false
 	}
-	r.fire(l.awaitLoss()) // this call made r and has held the mutex since
+	t.fire(l.awaitLoss()) // this call made r, which has no set, and has held the mutex since
 	return true
 }
 
@@ -419,9 +411,82 @@ func (l *Lease) unlockRegistered(made bool) bool {
 func (l *Lease) registry() (r *registry, made bool) {
 	if r = l.regs.load(); r == nil {
 		r, made = &registry{}, true
+		r.lock = &l.mu
 		l.regs.store(r)
 	}
 	return r, made
+}
+
+// lockShard locks the shard a registration goes to and returns it, on a
+// lease found live under that lock, or returns nil with no lock held. own
+// says whether it is the registry's own shard, whose lock is the mutex:
+// unlockShard then looks at the state again, as unlockRegistered argues.
+//
+// A registration in a shard of the set needs no second look. The set was
+// put in a registry that was in regs while the lease was live, and nothing
+// takes a registry off a live lease, so the Lose or End that moves the state
+// finds that registry, and takes every shard of its set under the shard's
+// lock after moving the state: either it takes the shard after this
+// registration is in, or this registration, under the lock after it,
+// finds the state moved.
+func (l *Lease) lockShard() (sh *shard, own, made bool) {
+	if r := l.regs.load(); r != nil {
+		if set := r.set.load(); set != nil && set.all.load() {
+			sh = set.pick()
+			sh.lock.Lock()
+			if l.state.load() != stateLive {
+				sh.lock.Unlock()
+				return nil, false, false
+			}
+			return sh, false, false
+		}
+	}
+	contended := !l.mu.TryLock()
+	if contended {
+		l.mu.Lock()
+	}
+	if l.state.load() != stateLive {
+		l.mu.Unlock()
+		return nil, false, false
+	}
+	r, made := l.registry()
+	if contended && !made {
+		// This registration goes to the registry's own shard; the next
+		// ones, to the set's. Only a registry that was there before gets
+		// a set: a registry made during a loss is taken off again by the
+		// call that made it (unlockRegistered), which fires its own shard
+		// alone, and a set on it could hold registrations of other calls
+		// that the Lose under way would never see.
+		r.spread(true)
+	}
+	return &r.shard, true, made
+}
+
+// spread gives r its set of shards if it has none yet, for the lease
+// contexts of children made from Background; with all, for every other
+// registration too. It runs with the Lease's mutex held, on a live lease,
+// and only on a registry that was there before the call that holds the
+// mutex: one that a registration made before it let go of the mutex, having
+// seen the lease live after it was in (see lockShard).
+func (r *registry) spread(all bool) {
+	set := r.set.load()
+	if set == nil {
+		set = newShardSet()
+		r.set.store(set)
+	}
+	if all && !set.all.load() {
+		set.all.store(true)
+	}
+}
+
+// unlockShard unlocks sh after a registration was put in it, and reports
+// whether the registration stands; see lockShard.
+func (l *Lease) unlockShard(sh *shard, own, made bool) bool {
+	if own {
+		return l.unlockRegistered(made)
+	}
+	sh.lock.Unlock()
+	return true
 }
 
 // AfterLoss arranges for f to run in its own goroutine after the loss.
@@ -440,10 +505,11 @@ func (l *Lease) AfterLoss(f func()) (stop func() bool) {
 // cause.
 func (l *Lease) WithCancel(parent context.Context) (context.Context, context.CancelFunc) {
 	if t := typeWord(parent); t == backgroundType || t == todoType {
-		// A parent that carries nothing: the context is a child of the lease's
-		// own context, made by package context, which costs what
+		// A parent that carries nothing: the context is a child of a lease
+		// context, made by package context, which costs what
 		// context.WithCancel costs and nothing more. The loss cancels the
-		// lease's context, and context cancels its children with its cause.
+		// lease's contexts, and context cancels their children with the
+		// cause.
 		if ctx := l.context(); ctx != nil {
 			return context.WithCancel(ctx)
 		}
@@ -455,7 +521,7 @@ func (l *Lease) WithCancel(parent context.Context) (context.Context, context.Can
 		// The parent has ended: nothing to register.
 		return ctx, func() { cancel(context.Canceled) }
 	}
-	i, ok := l.addCtx(ctx, cancel)
+	sh, i, ok := l.addCtx(ctx, cancel)
 	if !ok {
 		if err := l.Err(); err != nil {
 			cancel(err)
@@ -463,7 +529,7 @@ func (l *Lease) WithCancel(parent context.Context) (context.Context, context.Can
 		return ctx, func() { cancel(context.Canceled) }
 	}
 	return ctx, func() {
-		l.dropCtx(i, cancel)
+		sh.dropCtx(i, cancel)
 		cancel(context.Canceled)
 	}
 }
@@ -482,14 +548,28 @@ func typeWord(ctx context.Context) unsafe.Pointer {
 	return (*[2]unsafe.Pointer)(unsafe.Pointer(&ctx))[0]
 }
 
-// context returns the lease as a context, made if need be, or nil once the
-// lease is ended; once it is lost, a context already cancelled with the loss.
-// Once made, it is found without the mutex: a loss that takes the registry
-// off after the load cancels it, and after an end it is never cancelled, as
-// an ended lease requires.
+// context returns a lease context for a child made from Background: the
+// registry's own, or once the registry has a set, that of the caller's
+// shard, made if need be; nil once the lease is ended; once it is lost, a
+// context already cancelled with the loss. Once made, a lease context is
+// found without a lock: a loss that takes the registry off after the load
+// cancels it, and after an end it is never cancelled, as an ended lease
+// requires.
+//
+// Children of one lease context take its mutex inside package context, which
+// this package cannot try, so the sign of contention here is a child made on
+// another core than the one that made the registry's own lease context:
+// from then on the registry has a set.
 func (l *Lease) context() context.Context {
 	if r := l.regs.load(); r != nil {
-		if lc := r.ctx.load(); lc != nil {
+		if set := r.set.load(); set != nil {
+			sh := set.pick()
+			if lc := sh.ctx.load(); lc != nil {
+				return lc.ctx
+			}
+			return l.shardContext(sh)
+		}
+		if lc := r.ctx.load(); lc != nil && lc.p == procHint() {
 			return lc.ctx
 		}
 	}
@@ -499,9 +579,11 @@ func (l *Lease) context() context.Context {
 		r, made := l.registry()
 		lc := r.ctx.load()
 		if lc == nil {
-			lc = &leaseContext{}
-			lc.ctx, lc.cancel = context.WithCancelCause(context.Background())
-			r.ctx.store(lc)
+			lc = r.leaseContext()
+		} else {
+			// Made on another core: this child is lc's, the next ones
+			// their shard's.
+			r.spread(false)
 		}
 		if !l.unlockRegistered(made) {
 			return nil
@@ -512,70 +594,90 @@ func (l *Lease) context() context.Context {
 		return nil
 	}
 	l.mu.Unlock()
+	return lostContext(l.awaitLoss())
+}
+
+// shardContext returns sh's lease context, made if need be, as context does.
+func (l *Lease) shardContext(sh *shard) context.Context {
+	sh.lock.Lock()
+	switch l.state.load() {
+	case stateLive:
+		lc := sh.leaseContext()
+		sh.lock.Unlock()
+		return lc.ctx
+	case stateEnded:
+		sh.lock.Unlock()
+		return nil
+	}
+	sh.lock.Unlock()
+	return lostContext(l.awaitLoss())
+}
+
+// lostContext returns a context cancelled with err.
+func lostContext(err *lost.Error) context.Context {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	cancel(l.awaitLoss())
+	cancel(err)
 	return ctx
 }
 
 // addCtx records ctx, made from a parent other than Background, with the
-// func that cancels it, and returns where it put it; it reports false when
-// the lease is not live.
-func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (int, bool) {
-	l.mu.Lock()
-	if l.state.load() != stateLive {
-		l.mu.Unlock()
-		return 0, false
+// func that cancels it, and returns the shard and the index where it put it;
+// it reports false when the lease is not live.
+func (l *Lease) addCtx(ctx context.Context, cancel context.CancelCauseFunc) (*shard, int, bool) {
+	sh, own, made := l.lockShard()
+	if sh == nil {
+		return nil, 0, false
 	}
-	r, made := l.registry()
-	if len(r.ctxs) >= r.limit {
-		r.compactCtxs()
+	if len(sh.ctxs) >= sh.limit {
+		sh.compactCtxs()
 	}
-	r.ctxs = append(r.ctxs, ctxEntry{ctx, cancel})
-	i := len(r.ctxs) - 1 // read under the mutex, before unlockRegistered lets go of it
-	return i, l.unlockRegistered(made)
+	sh.ctxs = append(sh.ctxs, ctxEntry{ctx, cancel})
+	i := len(sh.ctxs) - 1 // read under the lock, before unlockShard lets go of it
+	return sh, i, l.unlockShard(sh, own, made)
 }
 
-// compactCtxs drops the entries of r.ctxs whose context is done or whose
+// compactCtxs drops the entries of sh.ctxs whose context is done or whose
 // cancel emptied them, keeping the others in their order, and sets the limit
 // of the next compaction to twice the entries kept (at least 1), so that the
 // appends before it number at least half the entries it will look at. It
 // makes a new slice when the kept entries would not fit under the new limit
 // or would use less than half of it, so the slice's capacity stays at most
-// twice the limit. It runs with the mutex held.
-func (r *registry) compactCtxs() {
-	r.looks += len(r.ctxs)
-	kept := r.ctxs[:0]
-	for _, e := range r.ctxs {
+// twice the limit. It runs with sh's lock held.
+func (sh *shard) compactCtxs() {
+	sh.looks += len(sh.ctxs)
+	kept := sh.ctxs[:0]
+	for _, e := range sh.ctxs {
 		if e.cancel != nil && e.ctx.Err() == nil {
 			kept = append(kept, e)
 		}
 	}
-	clear(r.ctxs[len(kept):]) // what the dropped entries held is garbage now
-	r.limit = max(2*len(kept), 1)
-	if c := cap(kept); c < r.limit || c > 2*r.limit {
-		kept = append(make([]ctxEntry, 0, r.limit), kept...)
+	clear(sh.ctxs[len(kept):]) // what the dropped entries held is garbage now
+	sh.limit = max(2*len(kept), 1)
+	if c := cap(kept); c < sh.limit || c > 2*sh.limit {
+		kept = append(make([]ctxEntry, 0, sh.limit), kept...)
 	}
-	r.ctxs = kept
+	sh.ctxs = kept
 }
 
-// dropCtx takes the entry whose cancel func is cancel off the lease if it is
-// still at i: off the end of the slice if it is the last, with any emptied
-// entries before it, or else emptied in place until the next compaction,
-// which moves entries and so may have moved it (then its context, cancelled
-// by the caller, is done, and the next compaction drops it). The entry is
-// known by its cancel func, so that the func the holder keeps captures one
-// word less than the context would take.
-func (l *Lease) dropCtx(i int, cancel context.CancelCauseFunc) {
-	l.mu.Lock()
-	if r := l.regs.load(); r != nil && i < len(r.ctxs) && sameFunc(r.ctxs[i].cancel, cancel) {
-		r.ctxs[i] = ctxEntry{}
-		n := len(r.ctxs)
-		for n > 0 && r.ctxs[n-1].cancel == nil {
+// dropCtx takes the entry whose cancel func is cancel off sh if it is still
+// at i: off the end of the slice if it is the last, with any emptied entries
+// before it, or else emptied in place until the next compaction, which moves
+// entries and so may have moved it (then its context, cancelled by the
+// caller, is done, and the next compaction drops it). After a loss or an
+// end took sh's entries, there is nothing at i. The entry is known by its
+// cancel func, so that the func the holder keeps captures one word less
+// than the context would take.
+func (sh *shard) dropCtx(i int, cancel context.CancelCauseFunc) {
+	sh.lock.Lock()
+	if i < len(sh.ctxs) && sameFunc(sh.ctxs[i].cancel, cancel) {
+		sh.ctxs[i] = ctxEntry{}
+		n := len(sh.ctxs)
+		for n > 0 && sh.ctxs[n-1].cancel == nil {
 			n--
 		}
-		r.ctxs = r.ctxs[:n]
+		sh.ctxs = sh.ctxs[:n]
 	}
-	l.mu.Unlock()
+	sh.lock.Unlock()
 }
 
 // sameFunc reports whether f and g are one func value: a func value is a
@@ -587,45 +689,49 @@ func sameFunc(f, g context.CancelCauseFunc) bool {
 
 // add links w in and reports true while the lease is live, or reports false.
 func (l *Lease) add(w *waiter) bool {
-	l.mu.Lock()
-	if l.state.load() != stateLive {
-		l.mu.Unlock()
+	sh, own, made := l.lockShard()
+	if sh == nil {
 		return false
 	}
-	r, made := l.registry()
-	w.linked = true
-	w.next = r.waiters
+	w.next = sh.waiters
 	if w.next != nil {
 		w.next.prev = w
 	}
-	r.waiters = w
-	return l.unlockRegistered(made)
+	sh.waiters = w
+	w.sh.store(sh)
+	return l.unlockShard(sh, own, made)
 }
 
-// stop unlinks w and reports whether this call kept it from firing.
+// stop unlinks w and reports whether this call kept it from firing. The
+// shard w was linked in is read before its lock is taken: a waiter is
+// linked in one shard, once, and never moves, so under that lock, with the
+// lease live (no loss or end has taken the shard's waiters) and something
+// to call (no stop has unlinked it), w is still there.
 func (w *waiter) stop() bool {
 	l := w.lease
-	l.mu.Lock()
-	if s := l.state.load(); !w.linked || s != stateLive {
-		l.mu.Unlock()
-		// A stop that reports false because of a loss under way finds
-		// the loss complete, as one made after that Lose returned.
-		if s == stateLosing {
-			l.awaitLoss()
+	if sh := w.sh.load(); sh != nil {
+		sh.lock.Lock()
+		if l.state.load() == stateLive && (w.f != nil || w.lose != nil) {
+			if w.prev != nil {
+				w.prev.next = w.next
+			} else {
+				sh.waiters = w.next
+			}
+			if w.next != nil {
+				w.next.prev = w.prev
+			}
+			w.unlink()
+			sh.lock.Unlock()
+			return true
 		}
-		return false
+		sh.lock.Unlock()
 	}
-	defer l.mu.Unlock()
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		l.regs.load().waiters = w.next
+	// A stop that reports false because of a loss under way finds the loss
+	// complete, as one made after that Lose returned.
+	if l.state.load() == stateLosing {
+		l.awaitLoss()
 	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	}
-	w.unlink()
-	return true
+	return false
 }
 
 func stopped() bool { return false }
@@ -653,29 +759,68 @@ func (l *Lease) KeepsRegistry() bool { return l.regs.load() != nil }
 
 // Registrations returns how many registrations l keeps: callbacks, merged
 // leases and contexts, counting a context made from Background (a child of
-// the lease's own context) as none. Tests use it to show what a lease holds.
+// a lease context) as none. Tests use it to show what a lease holds.
 func (l *Lease) Registrations() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r := l.regs.load()
-	if r == nil {
-		return 0
-	}
-	n := len(r.ctxs)
-	for w := r.waiters; w != nil; w = w.next {
-		n++
-	}
+	n := 0
+	l.eachShard(func(sh *shard) {
+		n += len(sh.ctxs)
+		for w := sh.waiters; w != nil; w = w.next {
+			n++
+		}
+	})
 	return n
 }
 
-// ContextSlots returns the capacity of l's slice of contexts made from
-// parents other than Background, and how many entries its compactions have
-// looked at. Tests use them to check the bound argued in docs/design.md.
+// ContextSlots returns the capacity of l's slices of contexts made from
+// parents other than Background, summed over its shards, and how many
+// entries their compactions have looked at. Tests use them to check the
+// bound argued in docs/design.md.
 func (l *Lease) ContextSlots() (capacity, looks int) {
+	l.eachShard(func(sh *shard) {
+		capacity += cap(sh.ctxs)
+		looks += sh.looks
+	})
+	return capacity, looks
+}
+
+// Shards returns how many shards l's registry has: 0 without a registry,
+// 1 for its own shard alone, and 1 more for each shard of its set.
+func (l *Lease) Shards() int {
+	n := 0
+	l.eachShard(func(*shard) { n++ })
+	return n
+}
+
+// Spread gives l's registry its set of shards now, as the first contention
+// would, if l is live; the registration that makes the registry is an
+// AfterLoss callback, stopped at once. Tests use it to run on the set the
+// checks that contention makes hard to aim at.
+func (l *Lease) Spread() {
+	stop := l.AfterLoss(func() {})
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if r := l.regs.load(); r != nil {
-		return cap(r.ctxs), r.looks
+	if r := l.regs.load(); r != nil && l.state.load() == stateLive {
+		r.spread(true)
 	}
-	return 0, 0
+	l.mu.Unlock()
+	stop()
+}
+
+// eachShard calls f with each shard of l's registry under its lock.
+func (l *Lease) eachShard(f func(*shard)) {
+	l.mu.Lock()
+	r := l.regs.load()
+	if r == nil {
+		l.mu.Unlock()
+		return
+	}
+	f(&r.shard)
+	l.mu.Unlock()
+	if set := r.set.load(); set != nil {
+		for i := range set.shards {
+			sh := &set.shards[i]
+			sh.mu.Lock()
+			f(&sh.shard)
+			sh.mu.Unlock()
+		}
+	}
 }

@@ -107,3 +107,15 @@ func TestAwaitLossMakesNoChannel(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkProcHint is the cost of the hint that picks a registration's
+// shard: the runtime's procPin and procUnpin (see shard.go).
+func BenchmarkProcHint(b *testing.B) {
+	n := 0
+	for b.Loop() {
+		n += procHint()
+	}
+	if n < 0 {
+		b.Fatal("a negative P")
+	}
+}

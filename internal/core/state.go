@@ -72,3 +72,23 @@ type contextSlot struct{ p atomic.Pointer[leaseContext] }
 
 func (s *contextSlot) load() *leaseContext   { return s.p.Load() }
 func (s *contextSlot) store(c *leaseContext) { s.p.Store(c) }
+
+// setSlot holds a registry's shardSet once made; see registrySlot.
+type setSlot struct{ p atomic.Pointer[shardSet] }
+
+func (s *setSlot) load() *shardSet   { return s.p.Load() }
+func (s *setSlot) store(t *shardSet) { s.p.Store(t) }
+
+// shardSlot holds the shard a waiter is linked in. It is written under that
+// shard's lock, or by a loss or an end that took the waiter off; stop reads
+// it first without a lock, to learn which lock to take.
+type shardSlot struct{ p atomic.Pointer[shard] }
+
+func (s *shardSlot) load() *shard    { return s.p.Load() }
+func (s *shardSlot) store(sh *shard) { s.p.Store(sh) }
+
+// flag is a bool set once, under a lock, and read without it.
+type flag struct{ v atomic.Bool }
+
+func (f *flag) load() bool   { return f.v.Load() }
+func (f *flag) store(b bool) { f.v.Store(b) }

@@ -8,28 +8,45 @@ import (
 	"github.com/zukhruf/lease/signal"
 )
 
-// TestAllocs pins what a flight costs when fn does not make its context:
-// the flight and its lease's Controller, one allocation more than x/sync's
-// flight (the bench module's TestAllocsBesideXSync sets the two side by side).
-// A fn that makes its context pays what signal.Signal.Context costs on top.
+// TestAllocs pins what a flight costs: one allocation, the flight with its
+// lease in it, as x/sync's flight (the bench module's TestAllocsBesideXSync
+// sets the two side by side). A fn that uses its context pays what
+// context.WithCancelCause of the caller's context and its Done channel cost,
+// 3, so 4 in all: what x/sync's flight and a context.WithCancel of fn's own
+// cost, with the caller's context Background or a live one.
 func TestAllocs(t *testing.T) {
-	ctx := context.Background()
+	live, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	for _, tc := range []struct {
 		name string
+		ctx  context.Context
 		fn   func(context.Context, *signal.Signal) (int, error)
 		want float64
 	}{
-		{"fn ignores ctx and sig", func(context.Context, *signal.Signal) (int, error) { return 1, nil }, 2},
-		{"fn checks sig.Err", func(_ context.Context, sig *signal.Signal) (int, error) { return 1, sig.Err() }, 2},
-		{"fn checks ctx.Err", func(ctx context.Context, _ *signal.Signal) (int, error) { return 1, ctx.Err() }, 2},
+		{"fn ignores ctx and sig", context.Background(), func(context.Context, *signal.Signal) (int, error) { return 1, nil }, 1},
+		{"fn checks sig.Err", context.Background(), func(_ context.Context, sig *signal.Signal) (int, error) { return 1, sig.Err() }, 1},
+		{"fn checks ctx.Err", context.Background(), func(ctx context.Context, _ *signal.Signal) (int, error) { return 1, ctx.Err() }, 1},
+		{"fn waits on ctx.Done, Background caller", context.Background(), useDone, 4},
+		{"fn waits on ctx.Done, live caller", live, useDone, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var g singleflight.Group[int]
-			g.Do(ctx, "key", tc.fn) // makes the Group's map
-			if got := testing.AllocsPerRun(1000, func() { g.Do(ctx, "key", tc.fn) }); got != tc.want {
+			g.Do(tc.ctx, "key", tc.fn) // makes the Group's map, and the live parent's children
+			if got := testing.AllocsPerRun(1000, func() { g.Do(tc.ctx, "key", tc.fn) }); got != tc.want {
 				t.Errorf("Do of a new flight: %v allocations, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// useDone is a fn that uses its context as a call made with it does: it
+// selects on Done.
+func useDone(ctx context.Context, _ *signal.Signal) (int, error) {
+	select {
+	case <-ctx.Done():
+		return 0, context.Cause(ctx)
+	default:
+		return 1, nil
 	}
 }
 

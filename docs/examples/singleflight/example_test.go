@@ -130,3 +130,35 @@ func ExampleGroup_Forget() {
 	// new flight: 2 <nil>
 	// old flight: 1 lease lost: key: singleflight: flight forgotten
 }
+
+// Forget called inside fn, a common use of x/sync's Forget (the next caller
+// starts afresh rather than join a flight about to finish), forgets fn's
+// own flight: its lease is lost at once, so fn's own check of sig.Err()
+// before its write finds the loss. A fn that means to finish its write
+// calls Forget after it.
+func ExampleGroup_Forget_insideFn() {
+	var g singleflight.Group[string]
+	cache := map[string]string{}
+	v, err, _ := g.Do(context.Background(), "user:1", func(ctx context.Context, sig *signal.Signal) (string, error) {
+		g.Forget("user:1")
+		if err := sig.Err(); err != nil {
+			return "", err // the write below is skipped
+		}
+		cache["user:1"] = "v1"
+		return "v1", nil
+	})
+	fmt.Println("Forget before the write:", v == "", errors.Is(err, singleflight.ErrForgotten), len(cache))
+
+	v, err, _ = g.Do(context.Background(), "user:1", func(ctx context.Context, sig *signal.Signal) (string, error) {
+		if err := sig.Err(); err != nil {
+			return "", err
+		}
+		cache["user:1"] = "v1"
+		g.Forget("user:1") // after the write: the next caller starts afresh
+		return "v1", nil
+	})
+	fmt.Println("Forget after the write:", v, err, cache["user:1"])
+	// Output:
+	// Forget before the write: true true 0
+	// Forget after the write: v1 <nil> v1
+}

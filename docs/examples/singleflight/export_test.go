@@ -12,3 +12,8 @@ func (g *Group[V]) Dups(key string) (int, bool) {
 	}
 	return c.dups, true
 }
+
+// SetForgetHook sets a func that Forget calls after it let go of the
+// Group's mutex and before it cancels the forgotten flight's contexts; nil
+// removes it.
+func SetForgetHook(f func()) { testHookForgetUnlocked = f }

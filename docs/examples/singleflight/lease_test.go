@@ -3,9 +3,11 @@ package singleflight_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zukhruf/lease/docs/examples/singleflight"
 	"github.com/zukhruf/lease/lost"
@@ -352,5 +354,90 @@ func TestMisuse(t *testing.T) {
 			}()
 			tc.call()
 		})
+	}
+}
+
+// TestForgetCancelsOutsideTheLock: a Forget whose flight has many contexts
+// holds up no call on another key while it cancels them, and the old
+// flight's Err and Done show the loss before a newer flight for its key
+// starts. The hook runs in Forget once it has let go of the mutex: no
+// context may be cancelled yet, and a Do on another key and a new flight on
+// the key itself run to their end before Forget goes on to cancel them.
+func TestForgetCancelsOutsideTheLock(t *testing.T) {
+	var g singleflight.Group[int]
+	const contexts = 10_000
+	ctxs := make([]context.Context, 0, contexts)
+	running, finish := make(chan struct{}), make(chan struct{})
+	var oldSig *signal.Signal
+	old := g.DoChan(context.Background(), "key", func(ctx context.Context, sig *signal.Signal) (int, error) {
+		oldSig = sig
+		for i := range contexts {
+			parent := ctx
+			if i%2 == 0 {
+				parent = context.Background()
+			}
+			c, _ := sig.Context(parent) // cancelled by the loss
+			ctxs = append(ctxs, c)
+		}
+		close(running)
+		<-finish
+		return 1, sig.Err()
+	})
+	<-running
+
+	others := make(chan error, 1)
+	singleflight.SetForgetHook(func() {
+		// Forget has let go of the mutex, and has not cancelled the
+		// contexts yet: the cancellation is outside the mutex.
+		for i, c := range ctxs {
+			if c.Err() != nil {
+				others <- fmt.Errorf("context %d was cancelled before Forget let go of the Group's mutex", i)
+				return
+			}
+		}
+		_, err, _ := g.Do(context.Background(), "other", func(context.Context, *signal.Signal) (int, error) { return 2, nil })
+		if err == nil {
+			_, err, _ = g.Do(context.Background(), "key", func(_ context.Context, sig *signal.Signal) (int, error) {
+				// A newer flight for the key: the old one shows its loss.
+				if !isClosed(oldSig.Done()) || !errors.Is(oldSig.Err(), singleflight.ErrForgotten) {
+					return 0, errors.New("a newer flight started while the old flight's Err and Done showed no loss")
+				}
+				return 3, sig.Err()
+			})
+		}
+		others <- err
+	})
+	defer singleflight.SetForgetHook(nil)
+	forgotten := make(chan struct{})
+	go func() {
+		g.Forget("key")
+		close(forgotten)
+	}()
+	select {
+	case err := <-others:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("Do on other keys waited for Forget to cancel the old flight's contexts")
+	}
+	<-forgotten
+	for i, c := range ctxs {
+		if !errors.Is(context.Cause(c), singleflight.ErrForgotten) {
+			t.Fatalf("context %d when Forget returned: Cause() = %v, want the loss", i, context.Cause(c))
+		}
+	}
+	close(finish)
+	if r := <-old; !errors.Is(r.Err, singleflight.ErrForgotten) {
+		t.Errorf("old flight: err = %v, want the loss", r.Err)
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }

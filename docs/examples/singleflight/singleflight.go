@@ -8,8 +8,9 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"unsafe"
 
-	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/internal/core"
 	"github.com/zukhruf/lease/signal"
 )
 
@@ -52,7 +53,10 @@ func newPanicError(v any) error {
 }
 
 // A call is a flight: one run of fn and the callers that share its result.
+// It holds its lease, so that a flight is one allocation, as x/sync's is.
 type call[V any] struct {
+	ctx flightContext // what fn gets as its context, with the flight's lease
+
 	wg sync.WaitGroup
 
 	// Written once before wg is done, read only after.
@@ -62,10 +66,17 @@ type call[V any] struct {
 	// Guarded by the Group's mutex before wg is done; read-only after.
 	dups  int
 	chans []chan<- Result[V]
-
-	lease *controller.Controller // granted when the flight starts
-	ctx   flightContext          // what fn gets as its context
 }
+
+// A signal.Signal is a core.Lease and nothing more (package signal fails to
+// compile otherwise, and so does this package), so a *core.Lease converts
+// to the *signal.Signal that views it. Embedding the lease in the flight
+// rather than allocating a controller.Controller buys one allocation of two
+// per flight: BenchmarkDo in bench/singleflight, docs/benchmarks.md.
+var _ = [1]struct{}{}[unsafe.Sizeof(signal.Signal{})-unsafe.Sizeof(core.Lease{})]
+
+// sig returns the holder's view of c's lease.
+func (c *call[V]) sig() *signal.Signal { return (*signal.Signal)(unsafe.Pointer(&c.ctx.lease)) }
 
 // Group is a namespace of keys in which each key has, at a time, at most one
 // flight that new callers join, and at most one flight whose lease is live:
@@ -100,9 +111,10 @@ type Result[V any] struct {
 // than one caller.
 //
 // fn runs under a lease on key, in the goroutine of the caller that started
-// the flight. Its context is sig.Context(ctx) ([signal.Signal.Context]) of
-// that caller's ctx, made when fn first uses it: it is done when ctx is done,
-// when the lease is lost, or once fn has returned. The contexts of the callers
+// the flight. Its context is a copy of that caller's ctx, as
+// sig.Context(ctx) ([signal.Signal.Context]) would make it, made when fn
+// first uses it: it is done when ctx is done, when the lease is lost (with
+// the loss as its cause), or once fn has returned. The contexts of the callers
 // that join the flight are not consulted, as with x/sync; a caller that must
 // stop waiting when its own context is done uses DoChan in a select.
 // The lease ends, never lost, when fn returns, so Do never reports a loss by
@@ -183,20 +195,44 @@ func (g *Group[V]) DoChan(ctx context.Context, key string, fn func(ctx context.C
 // key will call fn rather than waiting for an earlier call to complete.
 //
 // If a flight for key is running, its lease is lost with [ErrForgotten]
-// before Forget returns, and so before any newer flight for key can start:
-// its sig.Err() returns the loss and its context is cancelled. The flight
-// keeps running until its fn returns, and its callers get its result. A flight
-// whose fn returned before Forget was called is never lost.
+// before any newer flight for key can start: from then on its sig.Err()
+// returns the loss and sig.Done() is closed. The contexts of the flight (the
+// one fn was given, those made from it, and those made by sig.Context) are
+// cancelled after that, outside the Group's lock, so that a flight with a
+// large tree of contexts holds up no call on another key; Forget returns
+// once all are cancelled. A newer flight may start meanwhile. The flight
+// keeps running until its fn returns, and its callers get its result. A
+// flight whose fn returned before Forget was called is never lost.
+//
+// A call of Forget(key) inside fn, a common use of x/sync's Forget that
+// lets the next caller start afresh while this flight finishes, forgets fn's
+// own flight: fn's lease is lost, its context is cancelled, and a fn that
+// checks sig.Err() before its write finds the loss
+// ([ExampleGroup_Forget_insideFn]).
 func (g *Group[V]) Forget(key string) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if c, ok := g.m[key]; ok {
-		delete(g.m, key)
-		// Under the mutex, so that no flight for key starts before the
-		// loss; Lose runs no code of the holder's and waits for none.
-		c.lease.Lose(ErrForgotten)
+	c, ok := g.m[key]
+	if !ok {
+		g.mu.Unlock()
+		return
+	}
+	delete(g.m, key)
+	// Under the mutex, so that no flight for key starts before the loss
+	// shows; LoseFirst closes Done and runs no code of the holder's.
+	lost := c.ctx.lease.LoseFirst(ErrForgotten)
+	g.mu.Unlock()
+	if testHookForgetUnlocked != nil {
+		testHookForgetUnlocked()
+	}
+	if lost {
+		c.ctx.lose(c.ctx.lease.Err())
+		c.ctx.lease.FireLoss()
 	}
 }
+
+// testHookForgetUnlocked, when set by a test, runs in Forget after it let go
+// of the Group's mutex and before it cancels the forgotten flight's contexts.
+var testHookForgetUnlocked func()
 
 // start grants a new flight for key its lease and puts it in the Group.
 // g.mu must be held.
@@ -204,9 +240,9 @@ func (g *Group[V]) start(ctx context.Context, key string) *call[V] {
 	if g.m == nil {
 		g.m = make(map[string]*call[V])
 	}
-	c := &call[V]{lease: controller.New(key)}
+	c := new(call[V])
+	c.ctx.lease.Init(key)
 	c.ctx.parent = ctx
-	c.ctx.sig = c.lease.Signal()
 	c.wg.Add(1)
 	g.m[key] = c
 	return c
@@ -222,7 +258,7 @@ func (g *Group[V]) doCall(c *call[V], key string, fn func(context.Context, *sign
 	defer func() {
 		// fn is over: from here on a Forget finds the lease ended, and the
 		// flight is never lost.
-		c.lease.End()
+		c.ctx.lease.End()
 		c.ctx.finish()
 		if !normalReturn && !recovered {
 			c.err = errGoexit
@@ -262,7 +298,7 @@ func (g *Group[V]) doCall(c *call[V], key string, fn func(context.Context, *sign
 				}
 			}
 		}()
-		c.val, c.err = fn(&c.ctx, c.ctx.sig)
+		c.val, c.err = fn(&c.ctx, c.sig())
 		normalReturn = true
 	}()
 
