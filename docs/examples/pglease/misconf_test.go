@@ -565,3 +565,58 @@ func TestMistakeServerShuttingDown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// sessionState reads, in one statement, the settings Lock sets in its
+// session and the lease's mark.
+const sessionState = "select current_setting('idle_session_timeout'), current_setting('tcp_user_timeout'), " +
+	"current_setting('tcp_keepalives_idle'), current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count'), " +
+	"current_setting('client_connection_check_interval'), current_setting('statement_timeout'), current_setting('lock_timeout'), " +
+	"coalesce(current_setting('pglease.session', true), '')"
+
+// readState returns what sessionState reads on conn, with the simple
+// protocol that every pooler mode serves.
+func readState(t *testing.T, conn *pgx.Conn) []string {
+	t.Helper()
+	results, err := conn.PgConn().Exec(t.Context(), sessionState).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 1 || len(results[0].Rows) != 1 {
+		t.Fatalf("%s returned %d results, want one row", sessionState, len(results))
+	}
+	var state []string
+	for _, col := range results[0].Rows[0] {
+		state = append(state, string(col))
+	}
+	return state
+}
+
+// TestMistakeSessionPoolerLeavesNoSettings declares SessionPooler for
+// PgBouncer in transaction and statement mode with one server connection:
+// Lock is refused with ErrPooled, and a client of the pooler then reaches
+// that server connection with the server's own settings and no lease's
+// mark. Lock checks the pooler before it changes the session, which a
+// pooler that shares it would hand to its other clients (a
+// statement_timeout, idle_session_timeout and keepalives of the lease's).
+func TestMistakeSessionPoolerLeavesNoSettings(t *testing.T) {
+	cfg := fast
+	cfg.SessionPooler = true
+	want := readState(t, connect(t, server, server.Addr()))
+	for _, mode := range []string{"transaction", "statement"} {
+		t.Run(mode, func(t *testing.T) {
+			b := startBouncer(t, mode, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			l, err := cfg.Lock(ctx, newPool(t, server, b.Addr()), "misdeclared")
+			if l != nil {
+				unlock(t, l)
+			}
+			if !errors.Is(err, pglease.ErrPooled) {
+				t.Fatalf("Lock = %v, want ErrPooled", err)
+			}
+			if got := readState(t, connect(t, server, b.Addr())); strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("a client of the pooler after the refused Lock reads %q, want the server's own %q", got, want)
+			}
+		})
+	}
+}

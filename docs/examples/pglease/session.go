@@ -195,8 +195,9 @@ const probeSQL = "select pg_catalog.pg_backend_pid(), pg_catalog.current_setting
 // in turn). In a pooler that keeps sessions apart the second connection
 // has a server process of its own, the same in each round, which no
 // session of a lease has marked (a server connection reused after another
-// client's is reset, its mark with it); anything else is sharing. It
-// waits no longer than s.grace.
+// client's is reset, its mark with it); anything else is sharing. Lock
+// probes before it sets or marks anything in the session, which a sharing
+// pooler would hand to its other clients. It waits no longer than s.grace.
 func (s *session) probe(ctx context.Context, pool *pgxpool.Pool) error {
 	pctx, cancel := context.WithTimeout(ctx, s.grace)
 	defer cancel()
