@@ -498,8 +498,9 @@ func TestMistakeRenewalsFailWhileWaiting(t *testing.T) {
 			s := newSessionOn(t, proxyClient(t, px))
 			done := waitBehind(t, op, newSession(t, srv), s, context.Background(), lockName, claim)
 			px.Drop(faultnet.Both)
+			start := time.Now()
 			err := waitFor(t, done, 2*hang, call+" to return after its renewals went unanswered")
-			t.Logf("%s, its network silent: %v", call, err)
+			t.Logf("%s returned %v after its network went silent: %v", call, time.Since(start).Round(time.Millisecond), err)
 			if !errors.Is(err, etcdlease.ErrRenewalUnconfirmed) {
 				t.Errorf("%s = %v, want ErrRenewalUnconfirmed", call, err)
 			}
