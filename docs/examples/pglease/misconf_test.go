@@ -18,6 +18,7 @@ import (
 
 	"github.com/zukhruf/lease/docs/examples/pglease"
 	"github.com/zukhruf/lease/docs/examples/pglease/internal/pgtest"
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/lost"
 )
 
@@ -619,4 +620,69 @@ func TestMistakeSessionPoolerLeavesNoSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProbeBoundedByDeadline: through PgBouncer in session mode with
+// SessionPooler set, the lease's connection goes silent as Lock checks that
+// the pooler does not share the session, while the check's second
+// connection is answered: Lock fails within the check's bound (the
+// Deadline, 1 s, and as long again for the cancel), not when its context
+// ends (10 s).
+func TestProbeBoundedByDeadline(t *testing.T) {
+	b := startBouncer(t, "session", 4)
+	proxy, err := faultnet.Listen(b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	pcfg, err := pgxpool.ParseConfig(server.ConnString(proxy.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probing atomic.Bool
+	host, port, err := net.SplitHostPort(b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		if probing.Load() { // the check's second connection goes to the pooler directly
+			var p uint16
+			fmt.Sscan(port, &p)
+			cc.Host, cc.Port = host, p
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	pglease.SetStepHook(func(_ context.Context, s string) {
+		if s == pglease.StepProbe {
+			probing.Store(true)
+			proxy.Drop(faultnet.Both)
+		}
+	})
+	defer pglease.SetStepHook(nil)
+	cfg := fast
+	cfg.SessionPooler = true
+	// A server timeout past the guard: no setting of the server's, which
+	// a Lock that set them first would have made, ends the silent session
+	// before the guard does.
+	cfg.ServerTimeout = 2 * waitTimeout
+	guard := errors.New("the test's guard against a hang")
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 10*cfg.Deadline, guard)
+	defer cancel()
+	start := time.Now()
+	l, err := cfg.Lock(ctx, pool, "silent at the probe")
+	took := time.Since(start)
+	proxy.Heal()
+	if l != nil {
+		unlock(t, l)
+		t.Fatal("Lock = a lease, want an error")
+	}
+	if errors.Is(err, guard) || !strings.Contains(err.Error(), "not done within 1s") {
+		t.Errorf("Lock = %v, want the check cut by its own bound (1s), not by the context", err)
+	}
+	t.Logf("Lock returned after %v: %v", took.Round(time.Millisecond), err)
 }
