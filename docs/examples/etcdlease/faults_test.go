@@ -421,8 +421,11 @@ func (tr *trial) close() {
 		tr.pRenewals.stop()
 	}
 	// B's Lock returns once A's key is gone, B′'s once A′'s is; B's
-	// returns with an error once its client closes, B′'s once its
-	// context is cancelled.
+	// returns with an error once its renewals fail or its client closes,
+	// B′'s once its context is cancelled and its waiting key deleted:
+	// etcd's mutex deletes it with its client's context, so with the
+	// cluster gone only the client's close ends it
+	// (TestMistakeClusterGoneWhileWaiting).
 	for _, c := range []*clientv3.Client{tr.cliA, tr.cliP} {
 		if c != nil {
 			c.Close()
@@ -445,6 +448,7 @@ func (tr *trial) close() {
 			}
 		case <-time.After(grantBound):
 			tr.stopBPeer()
+			tr.op.Close()
 			<-tr.qc
 		}
 		tr.stopBPeer()

@@ -41,10 +41,11 @@ func (l *Lease) follow(ctx context.Context, s *concurrency.Session, events clien
 			}
 			if wr.CompactRevision != 0 {
 				// etcd compacted the history the watch was to start
-				// from: the revision etcd's election reports as the
-				// grant is its put, before the wait behind the leaders,
-				// and a watch that reconnects resumes where it was. The
-				// key as it is now tells whether the claim stands.
+				// from: the revision Campaign reports as the grant,
+				// as etcd's election does, is its put, before the wait
+				// behind the leaders, and a watch that reconnects
+				// resumes where it was. The key as it is now tells
+				// whether the claim stands.
 				from, err := l.resync(ctx, s)
 				if err != nil {
 					l.lose(err)

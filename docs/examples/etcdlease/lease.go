@@ -2,6 +2,7 @@ package etcdlease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -38,9 +39,10 @@ type Lease struct {
 	err  error // the release's outcome, set once
 }
 
-// Lock waits until the session holds the etcd lock named key, with a
-// [concurrency.Mutex], and returns the lease of that lock. The signal's
-// subject is key.
+// Lock waits until the session holds the etcd lock named key, by the
+// recipe of etcd's [concurrency.Mutex] and on the same keys, so that it
+// and etcd's mutexes on key exclude each other, and returns the lease of
+// that lock. The signal's subject is key.
 //
 // Before it asks for the lock, Lock waits for etcd to confirm a renewal of
 // the session's etcd lease sent on a stream of the lease's own, which gives
@@ -55,49 +57,53 @@ type Lease struct {
 // closed client or session, a permission etcd refuses, a margin out of
 // range) returns at once; while the cluster is unreachable, Lock retries
 // with backoff until ctx or the session ends, and its error wraps both
-// that end and the last renewal stream's error. Lock panics if ctx or s is
-// nil, or s was not made by concurrency.NewSession.
+// that end and the last renewal stream's error. A wait that ends without
+// the lock deletes the session's waiting key before Lock returns, trying
+// until the session ends, at most the session's TTL: while the cluster does
+// not answer, Lock returns by then, and the key goes with the session's
+// etcd lease. Lock panics if ctx or s is nil, or s was not made by
+// concurrency.NewSession.
 //
-// A session should hold one Lease per key at a time: etcd's mutex gives a
-// session that locks a key twice the same claim.
+// A session should hold one Lease per key at a time: etcd's mutex, and
+// Lock, give a session that locks a key twice the same claim.
 func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Option) (*Lease, error) {
 	checkArgs(ctx, s, "Lock")
 	r, err := startRenewing(ctx, s, opts, true)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlease: lock %s: %w", quote(key), err)
 	}
-	m := concurrency.NewMutex(s, key)
-	if err := r.bound(ctx, s, m.Lock); err != nil {
+	c := newClaim(s, r, key)
+	if err := r.bound(ctx, s, c.lock); err != nil {
 		r.close()
 		return nil, fmt.Errorf("etcdlease: lock %s: %w", quote(key), err)
 	}
-	owner := m.IsOwner() // the comparison etcd's own recipe makes: CreateRevision(key) = rev
-	return start(r, s, key, m.Key(), owner.GetCompare().GetCreateRevision(), m.Header().Revision, m.Unlock), nil
+	return start(r, s, key, c.key, c.rev, c.granted, c.unlock), nil
 }
 
 // Campaign waits until the session leads the etcd election named election,
-// with value as its proposal, with a [concurrency.Election], and returns the
-// lease of that leadership. The signal's subject is election.
+// with value as its proposal, by the recipe of etcd's
+// [concurrency.Election] and on the same keys, and returns the lease of
+// that leadership. The signal's subject is election.
 //
-// Campaign renews the session's etcd lease and keeps the local deadline as
-// [Lock] does.
+// Campaign renews the session's etcd lease, keeps the local deadline, ends
+// its wait and deletes its waiting key as [Lock] does.
 //
 // ctx bounds the campaign only; the lease lasts until it is lost or
-// resigned. etcd's election does not notice that a waiting candidate's own
-// key was deleted: the lease follows the key from the candidate's put, and
-// is then lost as soon as it is made.
+// resigned. Like etcd's election, Campaign does not notice that a waiting
+// candidate's own key was deleted: the lease follows the key from the
+// candidate's put, and is then lost as soon as it is made.
 func Campaign(ctx context.Context, s *concurrency.Session, election, value string, opts ...Option) (*Lease, error) {
 	checkArgs(ctx, s, "Campaign")
 	r, err := startRenewing(ctx, s, opts, true)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlease: campaign %s: %w", quote(election), err)
 	}
-	e := concurrency.NewElection(s, election)
-	if err := r.bound(ctx, s, func(ctx context.Context) error { return e.Campaign(ctx, value) }); err != nil {
+	c := newClaim(s, r, election)
+	if err := r.bound(ctx, s, func(ctx context.Context) error { return c.campaign(ctx, value) }); err != nil {
 		r.close()
 		return nil, fmt.Errorf("etcdlease: campaign %s: %w", quote(election), err)
 	}
-	return start(r, s, election, e.Key(), e.Rev(), e.Header().Revision, e.Resign), nil
+	return start(r, s, election, c.key, c.rev, c.granted, c.resign), nil
 }
 
 // checkArgs panics, naming the call, if ctx or s is nil or s was not made
@@ -140,8 +146,24 @@ func (r *renewer) bound(ctx context.Context, s *concurrency.Session, wait func(c
 	err := wait(wctx)
 	cancel(nil)
 	<-done
-	if err != nil && why != nil {
+	switch {
+	case err == nil:
+		return nil
+	case why != nil:
 		return fmt.Errorf("%w: %w", why, err)
+	case ctx.Err() == nil:
+		return err
+	}
+	// Cut by ctx: the error names its cause and the last renewal
+	// stream's end, which tells why the wait did not end sooner.
+	if cause := context.Cause(ctx); !errors.Is(err, cause) {
+		err = fmt.Errorf("%w: %w", cause, err)
+	}
+	if !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	if last := r.lastErr(); last != nil {
+		err = fmt.Errorf("%w; the last renewal stream ended with: %w", err, last)
 	}
 	return err
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/zukhruf/lease/docs/examples/etcdlease"
 	"github.com/zukhruf/lease/docs/examples/etcdlease/internal/etcdtest"
+	"github.com/zukhruf/lease/internal/faultnet"
 )
 
 // The tests of the README's "what you may get wrong" table: each mistake
@@ -375,5 +376,154 @@ func waitWaiters(t *testing.T, op *clientv3.Client, name string, n int64) {
 			t.Fatalf("%d keys under %s/ after %v, want %d", resp.Count, name, hang, n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// claims are Lock and Campaign, as a test makes them on a name.
+var claims = map[string]func(ctx context.Context, s *concurrency.Session, name string) (*etcdlease.Lease, error){
+	"Lock": func(ctx context.Context, s *concurrency.Session, name string) (*etcdlease.Lease, error) {
+		return etcdlease.Lock(ctx, s, name)
+	},
+	"Campaign": func(ctx context.Context, s *concurrency.Session, name string) (*etcdlease.Lease, error) {
+		return etcdlease.Campaign(ctx, s, name, "v")
+	},
+}
+
+// waitBehind starts claim by session s on name in a goroutine, once holder,
+// another session, holds name, and returns when s's key is there: the
+// claim then waits behind the holder. Its error goes to the channel it
+// returns; a lease it is given is released.
+func waitBehind(t *testing.T, op *clientv3.Client, holder, s *concurrency.Session, ctx context.Context, name string,
+	claim func(context.Context, *concurrency.Session, string) (*etcdlease.Lease, error)) <-chan error {
+	t.Helper()
+	if _, err := claim(t.Context(), holder, name); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := claim(ctx, s, name)
+		if l != nil {
+			l.Unlock(context.Background())
+		}
+		done <- err
+	}()
+	waitWaiters(t, op, name, 2)
+	return done
+}
+
+// TestMistakeClusterGoneWhileWaiting: the cluster stops while Lock or
+// Campaign waits behind another holder, with a context of 3 s: the call
+// returns once its context has ended and its session has too (etcd's
+// client gives up on the session's etcd lease after its TTL), not when the
+// cluster answers again, and its error wraps the context's error and the
+// last renewal stream's gRPC error. etcd's own mutex and election, on their
+// way out, delete the waiting key with the client's context, and wait for a
+// cluster that answers again.
+func TestMistakeClusterGoneWhileWaiting(t *testing.T) {
+	t.Parallel()
+	for call, claim := range claims {
+		t.Run(call, func(t *testing.T) {
+			t.Parallel()
+			srv, op := startEtcdWithOp(t)
+			s := newSession(t, srv)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			done := waitBehind(t, op, newSession(t, srv), s, ctx, lockName, claim)
+			stopped := make(chan struct{})
+			go func() {
+				srv.Close()
+				close(stopped)
+			}()
+			start := time.Now()
+			err := waitFor(t, done, hang, call+" to return after its context and session ended, the cluster stopped")
+			t.Logf("%s returned %v after the cluster stopped: %v", call, time.Since(start).Round(time.Millisecond), err)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s = %v, want it to wrap context.DeadlineExceeded", call, err)
+			}
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("%s = %v, want it to wrap the last renewal stream's gRPC error (Unavailable)", call, err)
+			}
+			op.Close()
+			s.Client().Close()
+			waitFor(t, stopped, 3*hang, "etcd to stop")
+		})
+	}
+}
+
+// TestMistakeCutWhileWaiting: Lock or Campaign cut by its context while it
+// waits behind another holder, the cluster up: the error wraps the
+// context's cause and its error, and the waiting key is deleted before the
+// call returns, so that it does not take the claim for a session that no
+// longer waits.
+func TestMistakeCutWhileWaiting(t *testing.T) {
+	t.Parallel()
+	for call, claim := range claims {
+		t.Run(call, func(t *testing.T) {
+			t.Parallel()
+			srv, op := startEtcdWithOp(t)
+			s := newSession(t, srv)
+			why := errors.New("the caller gave up")
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			done := waitBehind(t, op, newSession(t, srv), s, ctx, lockName, claim)
+			cancel(why)
+			err := waitFor(t, done, hang, call+" to return once its context was cancelled")
+			if !errors.Is(err, why) || !errors.Is(err, context.Canceled) {
+				t.Errorf("%s = %v, want it to wrap the context's cause and context.Canceled", call, err)
+			}
+			resp, err := op.Get(t.Context(), sessionKey(lockName, s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Kvs) != 0 {
+				t.Errorf("the waiting key of %s is still there after it returned, want it deleted", call)
+			}
+		})
+	}
+}
+
+// TestMistakeRenewalsFailWhileWaiting: the renewals of the waiting
+// session's etcd lease fail while Lock or Campaign waits behind another
+// holder, with no deadline on its context: its network goes silent (the
+// local deadline passes: ErrRenewalUnconfirmed), or its role may only read
+// the keys any more (etcd refuses the renewal: ErrRenewalRefused).
+// The call returns then, with the cause.
+func TestMistakeRenewalsFailWhileWaiting(t *testing.T) {
+	t.Parallel()
+	for call, claim := range claims {
+		t.Run(call+", silent", func(t *testing.T) {
+			t.Parallel()
+			srv, op := startEtcdWithOp(t)
+			px := startProxy(t, srv.Endpoint())
+			s := newSessionOn(t, proxyClient(t, px))
+			done := waitBehind(t, op, newSession(t, srv), s, context.Background(), lockName, claim)
+			px.Drop(faultnet.Both)
+			start := time.Now()
+			err := waitFor(t, done, 2*hang, call+" to return after its renewals went unanswered")
+			t.Logf("%s returned %v after its network went silent: %v", call, time.Since(start).Round(time.Millisecond), err)
+			if !errors.Is(err, etcdlease.ErrRenewalUnconfirmed) {
+				t.Errorf("%s = %v, want ErrRenewalUnconfirmed", call, err)
+			}
+			px.Heal()
+		})
+		t.Run(call+", refused", func(t *testing.T) {
+			t.Parallel()
+			srv, root := authServer(t)
+			cli, _, err := countingClient(t, srv, "alice", "pw")
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := waitBehind(t, root, newSessionOn(t, cli), newSessionOn(t, cli), context.Background(), "/locks/alice", claim)
+			// Read only: the wait's watch goes on, and etcd refuses to
+			// renew a lease whose keys the role may not write.
+			if _, err := root.RoleGrantPermission(t.Context(), "alice", "/locks/alice/", clientv3.GetPrefixRangeEnd("/locks/alice/"), clientv3.PermissionType(clientv3.PermRead)); err != nil {
+				t.Fatal(err)
+			}
+			err = waitFor(t, done, hang, call+" to return after etcd refused its renewals")
+			t.Logf("%s, its renewals refused: %v", call, err)
+			if !errors.Is(err, etcdlease.ErrRenewalRefused) {
+				t.Errorf("%s = %v, want ErrRenewalRefused", call, err)
+			}
+		})
 	}
 }

@@ -185,6 +185,14 @@ func (r *renewer) lastErr() error {
 	return r.last
 }
 
+// grantedTTL returns the TTL etcd granted in the last confirmed renewal,
+// 0 if none was confirmed.
+func (r *renewer) grantedTTL() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ttl
+}
+
 // attach makes lose the loss of the lease the renewer keeps, and calls it at
 // once if the renewer already lost it.
 func (r *renewer) attach(lose func(error)) {

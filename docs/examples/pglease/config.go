@@ -90,15 +90,17 @@ type Config struct {
 	// a pooler lets two clients share a session and its locks.
 	//
 	// With SessionPooler set, Lock takes the lease on such a connection
-	// once it has checked that the pooler does not share the session: Lock
-	// marks the session with a random value (set_config, for the session),
-	// and opens a second connection with the pool's configuration, whose
-	// statements, sent right after the session's own, must reach another
-	// server process without the mark (PgBouncer reuses the server
-	// connection a client just released, last in first out); else it fails
-	// with ErrPooled before it takes the lock. Every later statement, the
-	// lock's among them, runs only in the marked session, and every
-	// heartbeat must come back from it: one that does not loses a live
+	// once it has checked, before it changes anything in the session and
+	// within Deadline, that the pooler does not share the session: it opens
+	// a second connection with the pool's configuration, whose statements,
+	// sent right after the session's own, must reach another server process,
+	// always the same, without the mark of any lease (PgBouncer reuses the
+	// server connection a client just released, last in first out); else it
+	// fails with ErrPooled before it takes the lock, and the session keeps
+	// the server's settings. Lock then sets its timeouts and marks the
+	// session with a random value (set_config, for the session). Every later
+	// statement, the lock's among them, runs only in the marked session, and
+	// every heartbeat must come back from it: one that does not loses a live
 	// lease with ErrPooled.
 	SessionPooler bool
 

@@ -139,12 +139,8 @@ func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key in
 	if err != nil {
 		return fail(err)
 	}
-	if err := step(ctx, stepSettings); err != nil {
-		return fail(err)
-	}
-	if err := s.set(ctx, c); err != nil {
-		return fail(err)
-	}
+	// The probe runs before the session is changed: a pooler that shares
+	// it would hand the settings and the mark to its other clients.
 	if pooled {
 		if err := step(ctx, stepProbe); err != nil {
 			return fail(err)
@@ -152,6 +148,12 @@ func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key in
 		if err := s.probe(ctx, pool); err != nil {
 			return fail(err)
 		}
+	}
+	if err := step(ctx, stepSettings); err != nil {
+		return fail(err)
+	}
+	if err := s.set(ctx, c); err != nil {
+		return fail(err)
 	}
 	if err := step(ctx, stepWait); err != nil {
 		return fail(err)
@@ -338,8 +340,8 @@ func (l *Lease) close() {
 const (
 	stepAcquire  = "acquire"  // take a connection out of the pool
 	stepCheck    = "check"    // the pooler, standby and held checks
-	stepSettings = "settings" // the session's timeouts
 	stepProbe    = "probe"    // the check that a pooler does not share the session
+	stepSettings = "settings" // the session's timeouts
 	stepWait     = "wait"     // pg_advisory_lock
 	stepClaim    = "claim"    // the process's other leases of the lock
 	stepFence    = "fence"    // the fencing token

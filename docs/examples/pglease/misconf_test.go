@@ -18,6 +18,7 @@ import (
 
 	"github.com/zukhruf/lease/docs/examples/pglease"
 	"github.com/zukhruf/lease/docs/examples/pglease/internal/pgtest"
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/lost"
 )
 
@@ -564,4 +565,124 @@ func TestMistakeServerShuttingDown(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sessionState reads, in one statement, the settings Lock sets in its
+// session and the lease's mark.
+const sessionState = "select current_setting('idle_session_timeout'), current_setting('tcp_user_timeout'), " +
+	"current_setting('tcp_keepalives_idle'), current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count'), " +
+	"current_setting('client_connection_check_interval'), current_setting('statement_timeout'), current_setting('lock_timeout'), " +
+	"coalesce(current_setting('pglease.session', true), '')"
+
+// readState returns what sessionState reads on conn, with the simple
+// protocol that every pooler mode serves.
+func readState(t *testing.T, conn *pgx.Conn) []string {
+	t.Helper()
+	results, err := conn.PgConn().Exec(t.Context(), sessionState).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 1 || len(results[0].Rows) != 1 {
+		t.Fatalf("%s returned %d results, want one row", sessionState, len(results))
+	}
+	var state []string
+	for _, col := range results[0].Rows[0] {
+		state = append(state, string(col))
+	}
+	return state
+}
+
+// TestMistakeSessionPoolerLeavesNoSettings declares SessionPooler for
+// PgBouncer in transaction and statement mode with one server connection:
+// Lock is refused with ErrPooled, and a client of the pooler then reaches
+// that server connection with the server's own settings and no lease's
+// mark. Lock checks the pooler before it changes the session, which a
+// pooler that shares it would hand to its other clients (a
+// statement_timeout, idle_session_timeout and keepalives of the lease's).
+func TestMistakeSessionPoolerLeavesNoSettings(t *testing.T) {
+	cfg := fast
+	cfg.SessionPooler = true
+	want := readState(t, connect(t, server, server.Addr()))
+	for _, mode := range []string{"transaction", "statement"} {
+		t.Run(mode, func(t *testing.T) {
+			b := startBouncer(t, mode, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			l, err := cfg.Lock(ctx, newPool(t, server, b.Addr()), "misdeclared")
+			if l != nil {
+				unlock(t, l)
+			}
+			if !errors.Is(err, pglease.ErrPooled) {
+				t.Fatalf("Lock = %v, want ErrPooled", err)
+			}
+			if got := readState(t, connect(t, server, b.Addr())); strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("a client of the pooler after the refused Lock reads %q, want the server's own %q", got, want)
+			}
+		})
+	}
+}
+
+// TestProbeBoundedByDeadline: through PgBouncer in session mode with
+// SessionPooler set, the lease's connection goes silent as Lock checks that
+// the pooler does not share the session, while the check's second
+// connection is answered: Lock fails within the check's bound (the
+// Deadline, 1 s, and as long again for the cancel), not when its context
+// ends (10 s).
+func TestProbeBoundedByDeadline(t *testing.T) {
+	b := startBouncer(t, "session", 4)
+	proxy, err := faultnet.Listen(b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	pcfg, err := pgxpool.ParseConfig(server.ConnString(proxy.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probing atomic.Bool
+	host, port, err := net.SplitHostPort(b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		if probing.Load() { // the check's second connection goes to the pooler directly
+			var p uint16
+			fmt.Sscan(port, &p)
+			cc.Host, cc.Port = host, p
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	pglease.SetStepHook(func(_ context.Context, s string) {
+		if s == pglease.StepProbe {
+			probing.Store(true)
+			proxy.Drop(faultnet.Both)
+		}
+	})
+	defer pglease.SetStepHook(nil)
+	cfg := fast
+	cfg.SessionPooler = true
+	// A server timeout past the guard: no setting of the server's, which
+	// a Lock that set them first would have made, ends the silent session
+	// before the guard does.
+	cfg.ServerTimeout = 2 * waitTimeout
+	guard := errors.New("the test's guard against a hang")
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 10*cfg.Deadline, guard)
+	defer cancel()
+	start := time.Now()
+	l, err := cfg.Lock(ctx, pool, "silent at the probe")
+	took := time.Since(start)
+	proxy.Heal()
+	if l != nil {
+		unlock(t, l)
+		t.Fatal("Lock = a lease, want an error")
+	}
+	if errors.Is(err, guard) || !strings.Contains(err.Error(), "not done within 1s") {
+		t.Errorf("Lock = %v, want the check cut by its own bound (1s), not by the context", err)
+	}
+	t.Logf("Lock returned after %v: %v", took.Round(time.Millisecond), err)
 }

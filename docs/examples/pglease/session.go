@@ -195,14 +195,19 @@ const probeSQL = "select pg_catalog.pg_backend_pid(), pg_catalog.current_setting
 // in turn). In a pooler that keeps sessions apart the second connection
 // has a server process of its own, the same in each round, which no
 // session of a lease has marked (a server connection reused after another
-// client's is reset, its mark with it); anything else is sharing. It
-// waits no longer than s.grace.
+// client's is reset, its mark with it); anything else is sharing. Lock
+// probes before it sets or marks anything in the session, which a sharing
+// pooler would hand to its other clients. It waits no longer than s.grace,
+// the statements on the session included.
 func (s *session) probe(ctx context.Context, pool *pgxpool.Pool) error {
 	pctx, cancel := context.WithTimeout(ctx, s.grace)
 	defer cancel()
 	fail := func(err error) error {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return fmt.Errorf("check that the pooler does not share the session: cut by its context: %w: %w", context.Cause(ctx), err)
+		case pctx.Err() != nil:
+			return fmt.Errorf("check that the pooler does not share the session: not done within %v: %w", s.grace, err)
 		}
 		return fmt.Errorf("check that the pooler does not share the session: %w", err)
 	}
@@ -228,7 +233,7 @@ func (s *session) probe(ctx context.Context, pool *pgxpool.Pool) error {
 	}()
 	var first uint32 // the second connection's server process
 	for range probeRounds {
-		if _, err := s.query(ctx, "select pg_catalog.pg_backend_pid() where "+s.ours()); err != nil {
+		if _, err := s.query(pctx, "select pg_catalog.pg_backend_pid() where "+s.ours()); err != nil {
 			return fail(err)
 		}
 		results, err := other.PgConn().Exec(pctx, probeSQL).ReadAll()
