@@ -62,7 +62,7 @@ func (c Config) reserve(cs kubernetes.Interface) (func(), error) {
 		if n == 1 {
 			leases = "lease"
 		}
-		return nil, fmt.Errorf("the clientset's rate limit, %.4g requests a second, cannot sustain %d %s: they need up to %.3g requests a second, more than the half of the limit left to leases; set rest.Config.QPS to at least %d and Burst to at least %d (see the README: what you may get wrong)",
+		return nil, fmt.Errorf("the clientset's rate limit, QPS %.4g, cannot sustain %d %s: they need up to %.3g requests a second, more than the half of it left to leases; set rest.Config.QPS to at least %d and Burst to at least %d (see the README: what you may get wrong)",
 			qps, n, leases, d.rate+need, int(math.Ceil((d.rate+need)/leaseShare)), n)
 	}
 	demands.m[rl] = demand{d.leases + 1, d.rate + need}

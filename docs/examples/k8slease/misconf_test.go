@@ -236,14 +236,26 @@ func TestLockNilClientset(t *testing.T) {
 	}
 }
 
-func TestLockNilContextPanics(t *testing.T) {
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(r.(string), "k8slease: Lock called with a nil context") {
-			t.Errorf("recover() = %v, want a panic naming Lock and the nil context", r)
-		}
-	}()
-	//lint:ignore SA1012 the misuse under test
-	short.Lock(nil, clientset(t, shared.Config()), ns, leaseName(t), "a")
+func TestNilContextPanics(t *testing.T) {
+	wantPanic := func(t *testing.T, want string, f func()) {
+		t.Helper()
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(r.(string), want) {
+				t.Errorf("recover() = %v, want a panic saying %q", r, want)
+			}
+		}()
+		f()
+	}
+	cs := clientset(t, shared.Config())
+	wantPanic(t, "k8slease: Lock called with a nil context", func() {
+		//lint:ignore SA1012 the misuse under test
+		short.Lock(nil, cs, ns, leaseName(t), "a")
+	})
+	l := mustLock(t, short, cs, leaseName(t), "a")
+	wantPanic(t, "k8slease: Unlock called with a nil context", func() {
+		//lint:ignore SA1012 the misuse under test
+		l.Unlock(nil)
+	})
 }
 
 // TestLockBadCredentials points Lock at the apiserver with a mistake in the
@@ -458,7 +470,7 @@ func TestLockRateLimit(t *testing.T) {
 		held = append(held, mustLock(t, k8slease.Config{}, cs, leaseName(t), "a"))
 	}
 	err, _ := lockAtOnce(t, k8slease.Config{}, cs, ns, leaseName(t), "a")
-	if !strings.Contains(err.Error(), "rate limit, 5 requests a second, cannot sustain 6 leases") || !strings.Contains(err.Error(), "QPS to at least 6") {
+	if !strings.Contains(err.Error(), "rate limit, QPS 5, cannot sustain 6 leases") || !strings.Contains(err.Error(), "QPS to at least 6") {
 		t.Errorf("the sixth Lock = %v, want a refusal naming the limit and the QPS needed", err)
 	}
 	held[0].Unlock(t.Context())
