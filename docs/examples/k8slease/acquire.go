@@ -253,9 +253,9 @@ func explain(err error) error {
 	return err
 }
 
-// backoff spaces retries: pauses that double from backoffMin to backoffMax.
-// The zero backoff starts at backoffMin.
-type backoff struct{ next time.Duration }
+// backoff spaces retries: pauses that double from backoffMin to max, or to
+// backoffMax if max is zero. The zero backoff starts at backoffMin.
+type backoff struct{ next, max time.Duration }
 
 const (
 	backoffMin = 100 * time.Millisecond
@@ -267,8 +267,12 @@ const (
 // pause returns the next pause.
 func (b *backoff) pause() time.Duration {
 	d := max(b.next, backoffMin)
-	b.next = min(2*d, backoffMax)
-	return d
+	limit := b.max
+	if limit == 0 {
+		limit = backoffMax
+	}
+	b.next = min(2*d, limit)
+	return min(d, limit)
 }
 
 // reset starts b again from backoffMin.
