@@ -94,10 +94,10 @@ func counted(t testing.TB, cfg *rest.Config, c *counter) kubernetes.Interface {
 	return clientset(t, cfg)
 }
 
-// lockAtOnce runs cfg.Lock with context.Background() and returns its error
-// and how long it took; it fails the test if Lock succeeds or does not
+// lockAtOnce runs cfg.Lock with context.Background(), logs how long it took,
+// and returns its error; it fails the test if Lock succeeds or does not
 // return within lockGuard.
-func lockAtOnce(t *testing.T, cfg k8slease.Config, cs kubernetes.Interface, namespace, name, identity string) (error, time.Duration) {
+func lockAtOnce(t *testing.T, cfg k8slease.Config, cs kubernetes.Interface, namespace, name, identity string) error {
 	t.Helper()
 	start := time.Now()
 	c := make(chan granted, 1)
@@ -113,10 +113,10 @@ func lockAtOnce(t *testing.T, cfg k8slease.Config, cs kubernetes.Interface, name
 			t.Fatalf("Lock = a lease, want an error")
 		}
 		t.Logf("Lock returned in %v: %v", took.Round(time.Millisecond), g.err)
-		return g.err, took
+		return g.err
 	case <-time.After(lockGuard):
 		t.Fatalf("Lock with context.Background() did not return within %v", lockGuard)
-		return nil, 0
+		return nil
 	}
 }
 
@@ -207,7 +207,7 @@ func TestLockRefusesMistakes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cnt.take()
-			err, _ := lockAtOnce(t, tt.cfg, cs, tt.ns, tt.lease, tt.identity)
+			err := lockAtOnce(t, tt.cfg, cs, tt.ns, tt.lease, tt.identity)
 			if !strings.HasPrefix(err.Error(), "k8slease: lock ") || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Lock = %v, want an error saying %q", err, tt.want)
 			}
@@ -226,7 +226,7 @@ func TestLockRefusesMistakes(t *testing.T) {
 func TestLockNilClientset(t *testing.T) {
 	var want string
 	for _, cs := range []kubernetes.Interface{nil, (*kubernetes.Clientset)(nil), &kubernetes.Clientset{}} {
-		err, _ := lockAtOnce(t, short, cs, ns, "x", "a")
+		err := lockAtOnce(t, short, cs, ns, "x", "a")
 		if want == "" {
 			want = err.Error()
 		}
@@ -290,7 +290,7 @@ func TestLockBadCredentials(t *testing.T) {
 			cfg := shared.Config()
 			tt.change(cfg)
 			var cnt counter
-			err, _ := lockAtOnce(t, short, counted(t, cfg, &cnt), ns, leaseName(t), "a")
+			err := lockAtOnce(t, short, counted(t, cfg, &cnt), ns, leaseName(t), "a")
 			if !tt.is(err) {
 				t.Errorf("Lock = %v, want one that wraps the cause", err)
 			}
@@ -348,7 +348,13 @@ func TestLockRefusedByRBAC(t *testing.T) {
 			if tt.exists {
 				mustLock(t, short, admin, name, "before").Unlock(t.Context())
 			}
-			err, _ := lockAtOnce(t, short, clientset(t, cfg), ns, name, "a")
+			var cnt counter
+			err := lockAtOnce(t, short, counted(t, cfg, &cnt), ns, name, "a")
+			n := cnt.take()
+			t.Logf("requests: %v", n)
+			if n["all"] > 3 {
+				t.Errorf("Lock sent %v, want a read, a watch and a write at most", n)
+			}
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "get, create, update and watch") {
 				t.Errorf("Lock = %v, want a 403 saying %q and naming the verbs needed", err, tt.want)
 			}
@@ -469,7 +475,7 @@ func TestLockRateLimit(t *testing.T) {
 	for range 5 {
 		held = append(held, mustLock(t, k8slease.Config{}, cs, leaseName(t), "a"))
 	}
-	err, _ := lockAtOnce(t, k8slease.Config{}, cs, ns, leaseName(t), "a")
+	err := lockAtOnce(t, k8slease.Config{}, cs, ns, leaseName(t), "a")
 	if !strings.Contains(err.Error(), "rate limit, QPS 5, cannot sustain 6 leases") || !strings.Contains(err.Error(), "QPS to at least 6") {
 		t.Errorf("the sixth Lock = %v, want a refusal naming the limit and the QPS needed", err)
 	}
@@ -487,7 +493,7 @@ func TestLockRateLimit(t *testing.T) {
 	t.Run("a 2 s lease at 1 request a second", func(t *testing.T) {
 		cfg := shared.Config()
 		cfg.QPS, cfg.Burst = 1, 1
-		err, _ := lockAtOnce(t, short, clientset(t, cfg), ns, leaseName(t), "a")
+		err := lockAtOnce(t, short, clientset(t, cfg), ns, leaseName(t), "a")
 		if !strings.Contains(err.Error(), "cannot sustain 1 lease:") {
 			t.Errorf("Lock = %v, want a refusal", err)
 		}
