@@ -46,8 +46,8 @@ const MinRetryPeriod = time.Second
 // MaxIdentityLength is the longest identity, in bytes, [Config.Lock]
 // accepts: every renewal writes it and every cause quotes it; client-go's
 // identities, a host name and a UUID, stay under 300 bytes, and an identity
-// of a megabyte or more is refused by the apiserver (413) or its etcd (500)
-// only at the first write.
+// of 2 MiB is refused by the apiserver's etcd client (500), one of 4 MiB by
+// the apiserver (413), only at the first write.
 const MaxIdentityLength = 1024
 
 // minMargin returns the smallest margin [Config.Lock] accepts for a lease
@@ -193,8 +193,8 @@ func checkArgs(cs kubernetes.Interface, namespace, name, identity string) error 
 	case len(identity) > MaxIdentityLength:
 		return fmt.Errorf("identity %s is %d bytes long, longer than %d", quote(identity), len(identity), MaxIdentityLength)
 	case !utf8.ValidString(identity):
-		// The apiserver stores it with U+FFFD in place of each invalid
-		// byte: the record would name another holder than this one.
+		// Sent or read as JSON, each invalid byte becomes U+FFFD: the
+		// record would name another holder than this one.
 		return fmt.Errorf("identity %s is not valid UTF-8", quote(identity))
 	}
 	return nil

@@ -499,3 +499,33 @@ func TestLockRateLimit(t *testing.T) {
 		}
 	})
 }
+
+// TestIdentityRefusedByTheApiserver shows why Lock bounds identities: a
+// record whose identity is 2 MiB is refused by the apiserver's etcd client
+// (500) and one of 4 MiB by the apiserver (413), only when written, and an
+// identity that is not UTF-8 comes back to a client that speaks JSON with
+// U+FFFD in place of the invalid byte, naming another holder.
+func TestIdentityRefusedByTheApiserver(t *testing.T) {
+	cfg := shared.Config()
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	cs := clientset(t, cfg)
+	create := func(identity string) (*coordinationv1.Lease, error) {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leaseName(t)}}
+		l.Spec.HolderIdentity = &identity
+		return cs.CoordinationV1().Leases(ns).Create(t.Context(), l, metav1.CreateOptions{})
+	}
+	for size, code := range map[int]int32{2 << 20: http.StatusInternalServerError, 4 << 20: http.StatusRequestEntityTooLarge} {
+		_, err := create(strings.Repeat("x", size))
+		var st apierrors.APIStatus
+		if !errors.As(err, &st) || st.Status().Code != code {
+			t.Errorf("a record with an identity of %d bytes: %.200v, want %d", size, err, code)
+		}
+	}
+	got, err := create("a\xff")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := *got.Spec.HolderIdentity; h != "a\uFFFD" {
+		t.Errorf("identity %q came back as %q, want %q", "a\xff", h, "a\uFFFD")
+	}
+}
