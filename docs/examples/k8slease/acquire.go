@@ -104,6 +104,11 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		if ctx.Err() != nil {
 			return nil, 0, nil
 		}
+		if apierrors.IsNotFound(err) {
+			// A watch of leases answers even in a namespace that does
+			// not exist: the address serves no leases at all.
+			return nil, 0, fmt.Errorf("watch the Lease: %w (the clientset's address serves no coordination.k8s.io/v1 leases: a path in rest.Config.Host, or another server)", err)
+		}
 		return a.failed(err, "watch the Lease")
 	}
 
@@ -122,10 +127,12 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		case apierrors.IsAlreadyExists(err):
 			a.failures.reset()
 			return nil, 0, nil // made by someone else meanwhile: read it at once
-		case apierrors.IsNotFound(err):
-			// The namespace does not exist; it may be made a moment later.
+		case namespaceMissing(err):
+			// It may be made a moment later.
 			a.last = fmt.Errorf("create the Lease: %w", err)
 			return nil, a.failures.pause(), nil
+		case apierrors.IsNotFound(err):
+			return nil, 0, fmt.Errorf("create the Lease: %w", err)
 		}
 		return a.failed(err, "create the Lease")
 	}
@@ -192,6 +199,17 @@ func (a *acquirer) failed(err error, step string) (*coordinationv1.Lease, time.D
 	}
 	a.last = err
 	return nil, a.failures.pause(), nil
+}
+
+// namespaceMissing reports whether err is the apiserver's 404 for a
+// namespace that does not exist.
+func namespaceMissing(err error) bool {
+	var st apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &st) {
+		return false
+	}
+	d := st.Status().Details
+	return d != nil && d.Kind == "namespaces"
 }
 
 // note records whether err, a request's outcome, is an answer of the

@@ -258,9 +258,9 @@ func TestNilContextPanics(t *testing.T) {
 	})
 }
 
-// TestLockBadCredentials points Lock at the apiserver with a mistake in the
+// TestLockBadClientConfig points Lock at the apiserver with a mistake in the
 // client's configuration: each fails at once, wrapping the cause.
-func TestLockBadCredentials(t *testing.T) {
+func TestLockBadClientConfig(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +280,9 @@ func TestLockBadCredentials(t *testing.T) {
 		{"nothing listening", func(c *rest.Config) { c.Host = "https://" + nothing }, func(err error) bool {
 			return errors.Is(err, syscall.ECONNREFUSED)
 		}},
+		{"an address that serves no leases", func(c *rest.Config) { c.Host += "/nope" }, func(err error) bool {
+			return apierrors.IsNotFound(err) && strings.Contains(err.Error(), "serves no coordination.k8s.io/v1 leases")
+		}},
 		{"host name that does not resolve", func(c *rest.Config) { c.Host = "https://no-such-host.invalid:6443" }, func(err error) bool {
 			var dns *net.DNSError
 			return errors.As(err, &dns) && dns.IsNotFound
@@ -294,8 +297,8 @@ func TestLockBadCredentials(t *testing.T) {
 			if !tt.is(err) {
 				t.Errorf("Lock = %v, want one that wraps the cause", err)
 			}
-			if n := cnt.take(); n["all"] > 1 {
-				t.Errorf("Lock sent %v, want one request", n)
+			if n := cnt.take(); n["all"] > 2 {
+				t.Errorf("Lock sent %v, want a read and a watch at most", n)
 			}
 		})
 	}
