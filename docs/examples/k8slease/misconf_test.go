@@ -532,3 +532,35 @@ func TestIdentityRefusedByTheApiserver(t *testing.T) {
 		t.Errorf("identity %q came back as %q, want %q", "a\xff", h, "a\uFFFD")
 	}
 }
+
+// TestSameIdentityWaits gives two candidates one identity: the second waits
+// the first out as it would anyone, and is granted only once the first
+// releases the Lease.
+func TestSameIdentityWaits(t *testing.T) {
+	name := leaseName(t)
+	a := mustLock(t, short, clientset(t, shared.Config()), name, "same")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	b := lockAsync(ctx, short, clientset(t, shared.Config()), name, "same")
+	select {
+	case g := <-b:
+		if g.err == nil {
+			g.l.Unlock(context.Background())
+		}
+		t.Fatalf("the second candidate's Lock returned %v while the first held the lease", g.err)
+	case <-a.Signal().Done():
+		t.Fatalf("the first was lost: %v", a.Signal().Err())
+	case <-time.After(3 * time.Second): // renewals of a 2 s lease
+	}
+	if err := a.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	g := <-b
+	if g.err != nil {
+		t.Fatalf("the second candidate's Lock = %v after the release", g.err)
+	}
+	defer g.l.Unlock(context.Background())
+	if g.l.Token() <= a.Token() {
+		t.Errorf("the second's token %d is not larger than the first's %d", g.l.Token(), a.Token())
+	}
+}
