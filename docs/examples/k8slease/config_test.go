@@ -16,8 +16,10 @@ func TestConfigDefaults(t *testing.T) {
 		want Config
 	}{
 		{"zero: client-go's 15 s", Config{}, Config{LeaseDuration: 15 * time.Second, RenewPeriod: 2500 * time.Millisecond, Margin: 1500 * time.Millisecond, RetryPeriod: 2500 * time.Millisecond}},
-		{"2 s", Config{LeaseDuration: 2 * time.Second}, Config{LeaseDuration: 2 * time.Second, RenewPeriod: time.Second, Margin: 200 * time.Millisecond, RetryPeriod: 333333333}},
-		{"set fields kept", Config{LeaseDuration: 4 * time.Second, Margin: time.Second}, Config{LeaseDuration: 4 * time.Second, RenewPeriod: time.Second, Margin: time.Second, RetryPeriod: 666666666}},
+		{"2 s", Config{LeaseDuration: 2 * time.Second}, Config{LeaseDuration: 2 * time.Second, RenewPeriod: time.Second, Margin: 200 * time.Millisecond, RetryPeriod: time.Second}},
+		{"set fields kept", Config{LeaseDuration: 4 * time.Second, Margin: time.Second}, Config{LeaseDuration: 4 * time.Second, RenewPeriod: time.Second, Margin: time.Second, RetryPeriod: time.Second}},
+		{"an hour", Config{LeaseDuration: time.Hour}, Config{LeaseDuration: time.Hour, RenewPeriod: 10 * time.Minute, Margin: 6 * time.Minute, RetryPeriod: 10 * time.Minute}},
+		{"floors", Config{LeaseDuration: 2 * time.Second, RenewPeriod: time.Second, Margin: 12 * time.Millisecond, RetryPeriod: time.Second}, Config{LeaseDuration: 2 * time.Second, RenewPeriod: time.Second, Margin: 12 * time.Millisecond, RetryPeriod: time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,7 +41,17 @@ func TestConfigRefused(t *testing.T) {
 		{"negative", Config{LeaseDuration: -time.Second}, "shorter than 2s"},
 		{"margin leaves no round trip", Config{LeaseDuration: 2 * time.Second, Margin: 600 * time.Millisecond}, "less than a quarter"},
 		{"renew period too long", Config{LeaseDuration: 4 * time.Second, RenewPeriod: 3 * time.Second}, "less than a quarter"},
-		{"negative margin", Config{Margin: -1}, "negative"},
+		{"over an hour", Config{LeaseDuration: time.Hour + time.Second}, "longer than 1h0m0s"},
+		// 2^32+15 s: written as 15 s by an int32 conversion.
+		{"int32 wrap", Config{LeaseDuration: (1<<32 + 15) * time.Second}, "longer than 1h0m0s"},
+		{"2^31 s", Config{LeaseDuration: (1 << 31) * time.Second}, "longer than 1h0m0s"},
+		{"renew period 1 ms", Config{RenewPeriod: time.Millisecond}, "renew period 1ms is shorter than 1s"},
+		{"negative renew period", Config{RenewPeriod: -time.Second}, "shorter than 1s"},
+		{"retry period 1 ns", Config{RetryPeriod: time.Nanosecond}, "retry period 1ns is shorter than 1s"},
+		{"retry period over the lease", Config{RetryPeriod: 16 * time.Second}, "longer than the lease duration"},
+		{"margin 1 ns", Config{Margin: time.Nanosecond}, "margin 1ns is shorter than 25ms"},
+		{"margin under the floor", Config{LeaseDuration: 2 * time.Second, Margin: 11 * time.Millisecond}, "shorter than 12ms"},
+		{"negative margin", Config{Margin: -1}, "shorter than 25ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

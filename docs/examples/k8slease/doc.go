@@ -40,6 +40,11 @@
 // holder inside a lost.Error: errors.Is(sig.Err(), k8slease.ErrTakenOver)
 // tells which.
 //
+// A mistake that no retry mends (an invalid name, a Role without one of the
+// verbs get, create, update and watch on leases, a wrong credential or CA,
+// a value out of range) fails [Config.Lock] at once with an error that names
+// it; the README's "what you may get wrong" lists each with its test.
+//
 // A signal warns the holder; it does not stop a write already on its way.
 // [Lease.Token], the resourceVersion of the write that gave the Lease to the
 // holder, is the fencing token a resource checks to refuse a holder that

@@ -12,9 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// rewatchPause spaces the attempts to open a watch again.
-const rewatchPause = 100 * time.Millisecond
-
 // follow watches the Lease from resourceVersion rv until ctx ends or the
 // lease is lost, and loses it at once when the record names another holder,
 // or none, or the Lease is deleted. The end of a watch is not a loss: the
@@ -23,7 +20,14 @@ const rewatchPause = 100 * time.Millisecond
 // deadline covers the time the Lease goes unwatched. follow watches again
 // from the last version it saw, and reads the Lease first if the apiserver
 // no longer has that version (410 Gone).
+//
+// A watch that cannot be opened, or ends soon after it was opened, is
+// opened again after a pause that doubles from 100 ms to 2 s: a holder
+// whose watch permission was taken away costs the apiserver one refused
+// watch each 2 s, and learns of another holder's record at its next
+// renewal, whose conflict it reads.
 func (l *Lease) follow(ctx context.Context, rv string) {
+	var retries backoff
 	for ctx.Err() == nil {
 		if rv == "" {
 			var ok bool
@@ -31,10 +35,11 @@ func (l *Lease) follow(ctx context.Context, rv string) {
 				return
 			}
 			if rv == "" {
-				pauseFor(ctx, rewatchPause)
+				pauseFor(ctx, retries.pause())
 				continue
 			}
 		}
+		opened := time.Now()
 		w, err := l.leases.Watch(ctx, metav1.ListOptions{
 			FieldSelector:       fields.OneTermEqualSelector("metadata.name", l.name).String(),
 			ResourceVersion:     rv,
@@ -44,7 +49,7 @@ func (l *Lease) follow(ctx context.Context, rv string) {
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				rv = ""
 			}
-			pauseFor(ctx, rewatchPause)
+			pauseFor(ctx, retries.pause())
 			continue
 		}
 		var lost bool
@@ -53,7 +58,10 @@ func (l *Lease) follow(ctx context.Context, rv string) {
 		if lost {
 			return
 		}
-		pauseFor(ctx, rewatchPause) // a watch that fails at once must not spin
+		if time.Since(opened) >= backoffMax {
+			retries.reset()
+		}
+		pauseFor(ctx, retries.pause()) // a watch that fails at once must not spin
 	}
 }
 

@@ -58,23 +58,43 @@ type Lease struct {
 // if the write that took it was already sent. The lease lasts until it is
 // lost or [Lease.Unlock] is called; a write whose answer came after its
 // deadline gives a lease already lost.
+//
+// A mistake that no retry mends fails Lock at once, with an error that
+// names it and wraps the apiserver's answer: an invalid name, namespace,
+// identity or Config, a credential or CA the apiserver does not take, a
+// Role without get, create, update or watch on leases, an address where
+// nothing answered, a clientset whose rate limit cannot sustain one more
+// lease (see the README, "what you may get wrong"). A failure that may heal,
+// such as a namespace not made yet, is retried after a pause that doubles
+// up to 2 s, and a Lock cut by ctx then returns an error that wraps both
+// ctx.Err() and the last failure. Lock panics if ctx is nil.
 func (c Config) Lock(ctx context.Context, cs kubernetes.Interface, namespace, name, identity string) (*Lease, error) {
+	if ctx == nil {
+		panic("k8slease: Lock called with a nil context")
+	}
+	sub := subject(namespace, name)
 	if err := checkArgs(cs, namespace, name, identity); err != nil {
-		return nil, fmt.Errorf("k8slease: lock %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
 	}
 	c, err := c.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("k8slease: lock %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
+	}
+	unreserve, err := c.reserve(cs)
+	if err != nil {
+		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
 	}
 	leases := cs.CoordinationV1().Leases(namespace)
 	got, sent, err := c.acquire(ctx, leases, name, identity)
 	if err != nil {
-		return nil, fmt.Errorf("k8slease: lock %s/%s: %w", namespace, name, err)
+		unreserve()
+		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
 	}
 	tok, err := token(got)
 	if err != nil {
+		unreserve()
 		c.giveUp(leases, name, identity, sent)
-		return nil, fmt.Errorf("k8slease: lock %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
 	}
 	l := &Lease{
 		ctrl:     controller.New(namespace + "/" + name),
@@ -94,6 +114,7 @@ func (c Config) Lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 	l.workers.Add(2)
 	go func() {
 		defer l.workers.Done()
+		defer unreserve() // the lease sends no more renewals
 		l.renew(fctx, got)
 	}()
 	go func() {
@@ -137,6 +158,9 @@ func (l *Lease) Token() int64 { return l.token }
 // Lease then stays recorded as this holder's until it expires. Successive
 // calls return the first call's result.
 func (l *Lease) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		panic("k8slease: Unlock called with a nil context")
+	}
 	l.once.Do(func() {
 		l.ctrl.End()
 		l.stop()

@@ -228,34 +228,6 @@ func TestLockCutByContextLeavesNothing(t *testing.T) {
 	}
 }
 
-func TestLockRefusesBadArguments(t *testing.T) {
-	cs := clientset(t, shared.Config())
-	tests := []struct {
-		name                string
-		cfg                 k8slease.Config
-		ns, lease, identity string
-	}{
-		{"empty identity", short, ns, "x", ""},
-		{"empty name", short, ns, "", "a"},
-		{"empty namespace", short, "", "x", "a"},
-		{"lease under 2 s", k8slease.Config{LeaseDuration: time.Second}, ns, "x", "a"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l, err := tt.cfg.Lock(t.Context(), cs, tt.ns, tt.lease, tt.identity)
-			if err == nil || !strings.HasPrefix(err.Error(), "k8slease: lock") {
-				if l != nil {
-					l.Unlock(context.Background())
-				}
-				t.Errorf("Lock = %v, want an error that starts with \"k8slease: lock\"", err)
-			}
-		})
-	}
-	if _, err := k8slease.Lock(t.Context(), nil, ns, "x", "a"); err == nil {
-		t.Error("Lock with a nil clientset: no error")
-	}
-}
-
 // TestSilenceLosesAtTheDeadline drops every byte between A and the
 // apiserver, connections open: A is lost at its deadline, with the cause
 // naming it, before B is granted.

@@ -10,8 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// retryPause spaces the attempts after a renewal failed, at most.
-const retryPause = 100 * time.Millisecond
+// renewRetryMax bounds the pause before a failed renewal is sent again:
+// the pause doubles from 100 ms, so that a single failure costs 100 ms and
+// an apiserver that refuses every request (429, 5xx, 401 while a token
+// rotates) gets at most one renewal a second from each lease, the rate at
+// which a renewal can move the deadline.
+const renewRetryMax = time.Second
 
 // renew renews the record until ctx ends or the lease is lost. cur is the
 // Lease as the write that gave it to this holder left it.
@@ -23,7 +27,7 @@ const retryPause = 100 * time.Millisecond
 // still this holder's, and which of its renewals it holds: a renewal found
 // there is confirmed by that read.
 func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) {
-	pause := min(retryPause, l.cfg.RenewPeriod/4)
+	retries := backoff{max: renewRetryMax}
 	var unanswered []time.Time // renewals sent since the last one confirmed
 	next := nextRenewal(l.acquired, l.cfg.RenewPeriod)
 	t := time.NewTimer(time.Until(next))
@@ -50,6 +54,7 @@ func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) {
 			return
 		case err == nil:
 			cur, unanswered = got, unanswered[:0]
+			retries.reset()
 			if !applied {
 				t.Reset(0) // again at once, on the version just read
 				continue
@@ -68,7 +73,7 @@ func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) {
 				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
 				return
 			}
-			t.Reset(pause)
+			t.Reset(retries.pause())
 		}
 	}
 }
