@@ -151,3 +151,47 @@ func TestRecordsArePublishedModules(t *testing.T) {
 		}
 	}
 }
+
+// TestAPICheckNamesABreak records a module's API, breaks it, and wants
+// apicheck to fail naming the change; an addition passes, and the updated
+// record accepts the break.
+func TestAPICheckNamesABreak(t *testing.T) {
+	root := repo(t, map[string]string{
+		"go.mod":          rootMod,
+		"versions.txt":    ". v0.1.0\n",
+		"a/a.go":          "package a\n\nfunc F() {}\n",
+		"internal/i/i.go": "package i\n\nfunc G() {}\n",
+	})
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := apiCheck(root, true); err != nil {
+		t.Fatalf("apicheck -update: %v", err)
+	}
+	if err := apiCheck(root, false); err != nil {
+		t.Fatalf("apicheck of the recorded API = %v, want nil", err)
+	}
+
+	write("a/a.go", "package a\n\nfunc F() {}\n\nfunc H() {}\n")
+	write("internal/i/i.go", "package i\n\nfunc G(int) {}\n")
+	if err := apiCheck(root, false); err != nil {
+		t.Fatalf("apicheck after an addition and an internal change = %v, want nil", err)
+	}
+
+	write("a/a.go", "package a\n\nfunc F(int) {}\n")
+	err := apiCheck(root, false)
+	want := "./a.F: changed from func() to func(int)"
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "make apicheck-update") {
+		t.Fatalf("apicheck after a break = %v, want an error naming %q and the way to record it", err, want)
+	}
+
+	if err := apiCheck(root, true); err != nil {
+		t.Fatalf("apicheck -update: %v", err)
+	}
+	if err := apiCheck(root, false); err != nil {
+		t.Fatalf("apicheck after the record was updated = %v, want nil", err)
+	}
+}
