@@ -48,9 +48,11 @@ func (c Config) reserve(cs kubernetes.Interface) (func(), error) {
 		return func() {}, nil // a client without a REST client, such as client-go's fake: no limiter
 	}
 	rl := rc.GetRateLimiter()
-	if isNil(rl) || rl.QPS() <= 0 || !reflect.TypeOf(rl).Comparable() {
+	if isNil(rl) || rl.QPS() <= 0 || !reflect.ValueOf(rl).Comparable() {
 		// rest.Config.QPS < 0: no client-side limit; or a limiter of the
-		// caller's own that cannot be told apart from another.
+		// caller's own that cannot be told apart from another, or that a
+		// map cannot take as a key (a struct whose interface field holds
+		// a map, say: a comparable type, an uncomparable value).
 		return func() {}, nil
 	}
 	qps, need := float64(rl.QPS()), c.rate()
