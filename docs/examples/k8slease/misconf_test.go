@@ -284,7 +284,10 @@ func TestLockBadClientConfig(t *testing.T) {
 		{"an address that serves no leases", func(c *rest.Config) { c.Host += "/nope" }, func(err error) bool {
 			return apierrors.IsNotFound(err) && strings.Contains(err.Error(), "serves no coordination.k8s.io/v1 leases")
 		}},
-		{"host name that does not resolve", func(c *rest.Config) { c.Host = "https://no-such-host.invalid:6443" }, func(err error) bool {
+		{"host name that does not resolve", func(c *rest.Config) {
+			c.Host = "https://no-such-host.invalid:6443"
+			c.Dial = nxdomain(t)
+		}, func(err error) bool {
 			var dns *net.DNSError
 			return errors.As(err, &dns) && dns.IsNotFound
 		}},
@@ -303,6 +306,48 @@ func TestLockBadClientConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nxdomain starts a DNS server on loopback that answers every query that
+// the name does not exist (NXDOMAIN), and returns a dial func whose host
+// names it alone resolves: the test needs no resolver of the machine's,
+// which may be missing, slow or unreachable.
+func nxdomain(t *testing.T) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		pc.Close()
+		<-done
+	})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if n < 12 {
+				continue
+			}
+			// The query made its answer: QR, RD and RA set, RCODE 3
+			// (NXDOMAIN), the question kept, no records.
+			q := buf[:n]
+			q[2] = 0x80 | q[2]&0x01
+			q[3] = 0x80 | 3
+			clear(q[6:12])
+			pc.WriteTo(q, from) //nolint:errcheck // the resolver asks again or fails
+		}
+	}()
+	server := pc.LocalAddr().String()
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "udp", server)
+	}}
+	return (&net.Dialer{Resolver: r}).DialContext
 }
 
 // otherCA returns a self-signed certificate that signed nothing the
