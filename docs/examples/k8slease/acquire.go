@@ -125,7 +125,7 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 			a.c.giveUp(a.leases, a.name, a.identity, a.sent)
 			return nil, 0, nil
 		case apierrors.IsAlreadyExists(err):
-			a.failures.reset()
+			a.healthy()
 			return nil, 0, nil // made by someone else meanwhile: read it at once
 		case namespaceMissing(err):
 			// It may be made a moment later.
@@ -147,7 +147,7 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 	}
 	expires := a.observedAt.Add(durationOf(cur))
 	if holder(cur) != "" && time.Now().Before(expires) {
-		a.failures.reset()
+		a.healthy()
 		return nil, min(a.c.RetryPeriod, time.Until(expires)), nil
 	}
 	a.sent = time.Now()
@@ -162,7 +162,7 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		a.c.giveUp(a.leases, a.name, a.identity, a.sent)
 		return nil, 0, nil
 	case apierrors.IsConflict(err):
-		a.failures.reset()
+		a.healthy()
 		return nil, 0, nil // someone wrote first: read again at once
 	}
 	return a.failed(err, "take the Lease over")
@@ -199,6 +199,14 @@ func (a *acquirer) failed(err error, step string) (*coordinationv1.Lease, time.D
 	}
 	a.last = err
 	return nil, a.failures.pause(), nil
+}
+
+// healthy records a round that the apiserver answered as it answers any
+// waiting candidate: the failures before it are over, and no longer the
+// cause a Lock cut by its context reports.
+func (a *acquirer) healthy() {
+	a.failures.reset()
+	a.last = nil
 }
 
 // namespaceMissing reports whether err is the apiserver's 404 for a

@@ -29,14 +29,21 @@ var demands = struct {
 
 type demand struct {
 	leases int
-	rate   float64 // requests a second
+	rate   int64 // billionths of a request a second
 }
 
-// rate returns the requests a second a lease of c needs at most: the larger
-// of a holder's renewals and a waiting candidate's reads.
-func (c Config) rate() float64 {
+// perSecond is the unit of a demand: a billionth of a request a second.
+// Integers add and subtract exactly, so the account of a limiter comes back
+// to what it was whatever the order of Locks and releases; a float64 sum
+// keeps each rounding error and, after many, refuses a lease that fits.
+const perSecond = int64(time.Second)
+
+// rate returns the billionths of a request a second a lease of c needs at
+// most: the larger of a holder's renewals and a waiting candidate's reads,
+// rounded down by less than a billionth.
+func (c Config) rate() int64 {
 	renew := max(time.Second, c.RenewPeriod.Truncate(time.Second))
-	return max(1/renew.Seconds(), 1/c.RetryPeriod.Seconds())
+	return perSecond * int64(time.Second) / int64(min(renew, c.RetryPeriod))
 }
 
 // reserve adds a lease of c to the demand on cs's rate limiter, or returns
@@ -48,22 +55,25 @@ func (c Config) reserve(cs kubernetes.Interface) (func(), error) {
 		return func() {}, nil // a client without a REST client, such as client-go's fake: no limiter
 	}
 	rl := rc.GetRateLimiter()
-	if isNil(rl) || rl.QPS() <= 0 || !reflect.TypeOf(rl).Comparable() {
+	if isNil(rl) || rl.QPS() <= 0 || !reflect.ValueOf(rl).Comparable() {
 		// rest.Config.QPS < 0: no client-side limit; or a limiter of the
-		// caller's own that cannot be told apart from another.
+		// caller's own that cannot be told apart from another, or that a
+		// map cannot take as a key (a struct whose interface field holds
+		// a map, say: a comparable type, an uncomparable value).
 		return func() {}, nil
 	}
 	qps, need := float64(rl.QPS()), c.rate()
 	demands.mu.Lock()
 	defer demands.mu.Unlock()
 	d := demands.m[rl]
-	if d.rate+need > leaseShare*qps {
+	if d.rate+need > int64(leaseShare*qps*float64(perSecond)) {
 		n, leases := d.leases+1, "leases"
 		if n == 1 {
 			leases = "lease"
 		}
+		rate := float64(d.rate+need) / float64(perSecond)
 		return nil, fmt.Errorf("the clientset's rate limit, QPS %.4g, cannot sustain %d %s: they need up to %.3g requests a second, more than the half of it left to leases; set rest.Config.QPS to at least %d and Burst to at least %d (see the README: what you may get wrong)",
-			qps, n, leases, d.rate+need, int(math.Ceil((d.rate+need)/leaseShare)), n)
+			qps, n, leases, rate, int(math.Ceil(rate/leaseShare)), n)
 	}
 	demands.m[rl] = demand{d.leases + 1, d.rate + need}
 	var once sync.Once

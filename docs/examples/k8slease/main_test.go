@@ -80,10 +80,13 @@ func leaseName(t testing.TB) string {
 
 // clientset returns a clientset of cfg whose connections are its own: two
 // clientsets of one rest.Config would share client-go's cached transport.
+// A dial func that cfg sets is kept: it gives a transport of its own too.
 func clientset(t testing.TB, cfg *rest.Config) kubernetes.Interface {
 	t.Helper()
 	cfg = rest.CopyConfig(cfg)
-	cfg.Dial = (&net.Dialer{}).DialContext // a dial func of its own: no shared transport
+	if cfg.Dial == nil {
+		cfg.Dial = (&net.Dialer{}).DialContext // a dial func of its own: no shared transport
+	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -283,7 +284,10 @@ func TestLockBadClientConfig(t *testing.T) {
 		{"an address that serves no leases", func(c *rest.Config) { c.Host += "/nope" }, func(err error) bool {
 			return apierrors.IsNotFound(err) && strings.Contains(err.Error(), "serves no coordination.k8s.io/v1 leases")
 		}},
-		{"host name that does not resolve", func(c *rest.Config) { c.Host = "https://no-such-host.invalid:6443" }, func(err error) bool {
+		{"host name that does not resolve", func(c *rest.Config) {
+			c.Host = "https://no-such-host.invalid:6443"
+			c.Dial = nxdomain(t)
+		}, func(err error) bool {
 			var dns *net.DNSError
 			return errors.As(err, &dns) && dns.IsNotFound
 		}},
@@ -302,6 +306,48 @@ func TestLockBadClientConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nxdomain starts a DNS server on loopback that answers every query that
+// the name does not exist (NXDOMAIN), and returns a dial func whose host
+// names it alone resolves: the test needs no resolver of the machine's,
+// which may be missing, slow or unreachable.
+func nxdomain(t *testing.T) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		pc.Close()
+		<-done
+	})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if n < 12 {
+				continue
+			}
+			// The query made its answer: QR, RD and RA set, RCODE 3
+			// (NXDOMAIN), the question kept, no records.
+			q := buf[:n]
+			q[2] = 0x80 | q[2]&0x01
+			q[3] = 0x80 | 3
+			clear(q[6:12])
+			pc.WriteTo(q, from) //nolint:errcheck // the resolver asks again or fails
+		}
+	}()
+	server := pc.LocalAddr().String()
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "udp", server)
+	}}
+	return (&net.Dialer{Resolver: r}).DialContext
 }
 
 // otherCA returns a self-signed certificate that signed nothing the
@@ -442,6 +488,80 @@ func TestLockNamespaceMissing(t *testing.T) {
 		// create each, and the watch once.
 		if n["all"] > 16 {
 			t.Errorf("%d requests in %v, want at most 16", n["all"], wait)
+		}
+	})
+	t.Run("made, then cut while another holds the Lease", func(t *testing.T) {
+		// B's create is refused; its transport then holds its requests
+		// until the namespace is made and A holds the Lease, so that B
+		// finds A's record live and waits. Cut then, B's Lock reports
+		// its context's error alone: the 404 was mended.
+		admin := clientset(t, shared.Config())
+		namespace := leaseName(t)
+		refused, release, waiting := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		var once, twice sync.Once
+		open := sync.OnceFunc(func() { close(release) })
+		defer open() // a failed test leaves no request held
+		var reads atomic.Int32
+		cfg := shared.Config()
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				select {
+				case <-refused:
+					<-release
+				default:
+				}
+				resp, err := rt.RoundTrip(req)
+				switch {
+				case err != nil:
+				case req.Method == http.MethodPost && resp.StatusCode == http.StatusNotFound:
+					once.Do(func() { close(refused) })
+				case req.Method == http.MethodGet && req.URL.Query().Get("watch") != "true" && resp.StatusCode == http.StatusOK:
+					// The second read that found the Lease comes after
+					// the first round that found A live had ended.
+					if reads.Add(1) == 2 {
+						twice.Do(func() { close(waiting) })
+					}
+				}
+				return resp, err
+			})
+		}
+		b := clientset(t, cfg)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		c := make(chan granted, 1)
+		go func() {
+			l, err := short.Lock(ctx, b, namespace, "x", "b")
+			c <- granted{l, err, time.Now()}
+		}()
+		select {
+		case <-refused:
+		case g := <-c:
+			t.Fatalf("Lock = %v before its create was refused", g.err)
+		}
+		if _, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		actx, acancel := context.WithTimeout(t.Context(), time.Minute)
+		defer acancel()
+		a, err := short.Lock(actx, admin, namespace, "x", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Unlock(context.Background())
+		open()
+		select {
+		case <-waiting:
+		case g := <-c:
+			t.Fatalf("Lock = %v, %v while A held the Lease", g.l, g.err)
+		}
+		cancel()
+		g := <-c
+		if g.err == nil {
+			g.l.Unlock(context.Background())
+			t.Fatal("Lock = a lease while A held the Lease")
+		}
+		if !errors.Is(g.err, context.Canceled) || apierrors.IsNotFound(g.err) || strings.Contains(g.err.Error(), "not found") {
+			t.Errorf("Lock = %v, want context.Canceled alone: the 404 was mended", g.err)
 		}
 	})
 	t.Run("made while Lock waits", func(t *testing.T) {
