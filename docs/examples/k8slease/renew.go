@@ -14,7 +14,8 @@ import (
 // the pause doubles from 100 ms, so that a single failure costs 100 ms and
 // an apiserver that refuses every request (429, 5xx, 401 while a token
 // rotates) gets at most one renewal a second from each lease, the rate at
-// which a renewal can move the deadline.
+// which a renewal can move the deadline, but for the few tries that
+// retryBefore packs into the last second before the deadline.
 const renewRetryMax = time.Second
 
 // renew renews the record until ctx ends or the lease is lost. cur is the
@@ -73,9 +74,21 @@ func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) {
 				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
 				return
 			}
-			t.Reset(retries.pause())
+			t.Reset(retryBefore(&retries, time.Until(l.deadline.current())))
 		}
 	}
+}
+
+// retryFloor is the shortest pause retryBefore gives.
+const retryFloor = 25 * time.Millisecond
+
+// retryBefore returns the pause before a failed renewal is sent again: the
+// backoff's, but at most half the time left before the deadline (and no
+// less than retryFloor), so that a lease of 2 s whose renewals failed in
+// a blip still tries a few times while a confirmation can move its deadline,
+// not once 95 ms before it.
+func retryBefore(b *backoff, left time.Duration) time.Duration {
+	return min(b.pause(), max(left/2, retryFloor))
 }
 
 // errGone reports that reread lost the lease.
