@@ -1,0 +1,181 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zukhruf/lease/internal/faultnet"
+)
+
+// GroupName is the name the Sentinels of a [Group] know its primary by.
+const GroupName = "leasegroup"
+
+// DownAfter is how long the Sentinels of a [Group] wait for a silent
+// primary before they call it down and fail it over.
+const DownAfter = time.Second
+
+// A Group is a primary, its replicas, and three Sentinels watching them.
+// Replica i replicates through Links[i], a proxy whose faults cut its
+// replication link; once a failover reconfigured it, it replicates from the
+// new primary directly.
+type Group struct {
+	Primary   *Server
+	Replicas  []*Server
+	Links     []*faultnet.Proxy
+	Sentinels []*Server
+}
+
+// StartGroup starts a primary, n replicas and three Sentinels, waits until
+// every replica is in sync and every Sentinel knows them, and stops it all
+// when tb ends.
+func StartGroup(tb testing.TB, n int) *Group {
+	tb.Helper()
+	g := &Group{Primary: StartServer(tb)}
+	for range n {
+		link, err := faultnet.Listen(g.Primary.Addr())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { link.Close() })
+		host, port, _ := strings.Cut(link.Addr(), ":")
+		g.Links = append(g.Links, link)
+		g.Replicas = append(g.Replicas, StartServer(tb, "--replicaof", host, port))
+	}
+	sbin, err := SentinelBinary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for range 3 {
+		dir := tb.TempDir()
+		port, err := FreePort()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		conf := fmt.Sprintf(`port %d
+bind 127.0.0.1
+protected-mode no
+dir %s
+logfile %s
+sentinel monitor %s 127.0.0.1 %d 2
+sentinel down-after-milliseconds %s %d
+sentinel failover-timeout %s 5000
+sentinel parallel-syncs %s %d
+`, port, dir, filepath.Join(dir, "redis.log"), GroupName, g.Primary.Port, GroupName, DownAfter.Milliseconds(), GroupName, GroupName, max(1, n))
+		file := filepath.Join(dir, "sentinel.conf")
+		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		s := &Server{Port: port, Dir: dir, bin: sbin, args: []string{file}}
+		if err := s.Start(); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(s.Kill)
+		g.Sentinels = append(g.Sentinels, s)
+	}
+	g.waitReady(tb, n)
+	return g
+}
+
+// waitReady waits until the primary lists n replicas online and every
+// Sentinel knows n replicas and two other Sentinels.
+func (g *Group) waitReady(tb testing.TB, n int) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := g.Primary.Client(tb)
+	for {
+		ok := true
+		info, err := p.Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(info, "connected_slaves:"+strconv.Itoa(n)) || strings.Count(info, "state=online") != n {
+			ok = false
+		}
+		for _, s := range g.Sentinels {
+			sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
+			reps, err1 := sc.Replicas(ctx, GroupName).Result()
+			sens, err2 := sc.Sentinels(ctx, GroupName).Result()
+			sc.Close()
+			if err1 != nil || err2 != nil || len(reps) != n || len(sens) != 2 {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if ctx.Err() != nil {
+			tb.Fatalf("redistest: the group was not ready within 30 s: %v", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// SentinelAddrs returns the Sentinels' addresses.
+func (g *Group) SentinelAddrs() []string {
+	var a []string
+	for _, s := range g.Sentinels {
+		a = append(a, s.Addr())
+	}
+	return a
+}
+
+// FailoverOptions returns the options of a Sentinel client of the group.
+func (g *Group) FailoverOptions() *redis.FailoverOptions {
+	return &redis.FailoverOptions{MasterName: GroupName, SentinelAddrs: g.SentinelAddrs()}
+}
+
+// FailoverClient returns a Sentinel client of its own (redis.NewFailoverClient),
+// closed when tb ends.
+func (g *Group) FailoverClient(tb testing.TB) *redis.Client {
+	c := redis.NewFailoverClient(g.FailoverOptions())
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Master returns the primary's address as the first Sentinel that answers
+// names it.
+func (g *Group) Master(ctx context.Context) (string, error) {
+	var last error
+	for _, s := range g.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+		a, err := sc.GetMasterAddrByName(ctx, GroupName).Result()
+		sc.Close()
+		if err == nil {
+			return a[0] + ":" + a[1], nil
+		}
+		last = err
+	}
+	return "", last
+}
+
+// WaitFailover waits until the Sentinels name a primary other than from,
+// and returns its address.
+func (g *Group) WaitFailover(ctx context.Context, from string) (string, error) {
+	for {
+		a, err := g.Master(ctx)
+		if err == nil && a != from {
+			return a, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("redistest: no failover from %s: %w", from, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Server returns the server of the group at addr, or nil.
+func (g *Group) Server(addr string) *Server {
+	for _, s := range append([]*Server{g.Primary}, g.Replicas...) {
+		if s.Addr() == addr {
+			return s
+		}
+	}
+	return nil
+}
