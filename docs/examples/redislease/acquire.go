@@ -193,7 +193,7 @@ func (c Config) replicas(ctx context.Context, lc *conn) (int, error) {
 		if len(l) > 0 {
 			role = fmt.Sprint(l[0])
 		}
-		return 0, &serverError{msg: fmt.Sprintf("READONLY the server's role is %s, not master", role)}
+		return 0, &serverError{msg: fmt.Sprintf("READONLY the server is not a primary: a replica's address? (ROLE says %s)", role)}
 	}
 	reps, _ := l[2].([]any)
 	return len(reps), nil

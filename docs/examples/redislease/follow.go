@@ -104,8 +104,11 @@ func (l *Lease) check(ctx context.Context, fc *conn, what string, flushed bool) 
 	// keep it until applied plus the TTL at least: an expiry that comes
 	// sooner, even counted from answered, was set by another client. The
 	// lease is then lost before the earliest time the key may expire.
+	// Redis keeps times to the millisecond, and its cached clock may be a
+	// millisecond or two behind this process's: an expiry short by less
+	// than a quarter of the margin is the lease's own.
 	ms, _ := rs[1].v.(int64)
-	if ms >= 0 && answered.Add(time.Duration(ms)*time.Millisecond).Before(applied.Add(l.cfg.TTL)) {
+	if ms >= 0 && answered.Add(time.Duration(ms)*time.Millisecond+l.cfg.Margin/4).Before(applied.Add(l.cfg.TTL)) {
 		expires := sent.Add(time.Duration(ms) * time.Millisecond)
 		l.deadline.shorten(expires, fmt.Errorf("%w: the read after %s, sent at %s, found the key expiring in %d ms, at %s, before the deadline less the margin %v",
 			ErrExpired, what, clock(sent), ms, clock(expires), l.cfg.Margin))

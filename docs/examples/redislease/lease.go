@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -81,8 +82,8 @@ func (c Config) Lock(ctx context.Context, rdb redis.UniversalClient, key string)
 	if err != nil {
 		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
 	}
-	if err := rdb.Ping(ctx).Err(); err == redis.ErrClosed {
-		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
+	if closed(rdb) {
+		return nil, fmt.Errorf("redislease: lock %q: %w", key, redis.ErrClosed)
 	}
 	var b [16]byte
 	rand.Read(b[:])
@@ -173,4 +174,14 @@ func (l *Lease) lose(cause error) {
 	l.ctrl.Lose(cause)
 	l.deadline.stop()
 	l.stop()
+}
+
+// closed reports whether rdb was closed: a closed go-redis client answers
+// every command with redis.ErrClosed before it looks at the context or the
+// network, so a command with a context already cut asks nothing of the
+// server.
+func closed(rdb redis.UniversalClient) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return errors.Is(rdb.Ping(ctx).Err(), redis.ErrClosed)
 }
