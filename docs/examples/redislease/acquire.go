@@ -80,13 +80,18 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 				continue
 			}
 		}
-		need, e := c.replicas(ctx, lc)
+		// An attempt is bounded, so that a server that stopped answering
+		// (paused, or cut off) is left for another, as Sentinel or Cluster
+		// names it: a round trip slower than the TTL could not hold the
+		// lease anyway.
+		actx, cancel := context.WithTimeout(ctx, c.TTL)
+		need, e := c.replicas(actx, lc)
 		var rs []reply
 		var at time.Time
 		if e == nil {
 			// Read first, so that tracking covers every change after the
 			// script's answer.
-			_, e = fc.do(ctx, "GET", key)
+			_, e = fc.do(actx, "GET", key)
 		}
 		if e == nil {
 			cmds := [][]any{{"EVAL", grantScript, "2", key, tkey, id, strconv.FormatInt(c.TTL.Milliseconds(), 10)}}
@@ -95,7 +100,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 			}
 			at = time.Now() // before the send: never later than Redis runs it
 			sent = true
-			rs, e = lc.pipe(ctx, cmds...)
+			rs, e = lc.pipe(actx, cmds...)
 			if e == nil && rs[0].err != nil {
 				e = fmt.Errorf("the grant script: %w", rs[0].err)
 			}
@@ -103,6 +108,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 				e = fmt.Errorf("WAIT: %w", rs[1].err)
 			}
 		}
+		cancel()
 		if ctx.Err() != nil {
 			return g, fail(ctx.Err())
 		}

@@ -24,7 +24,7 @@ func (l *Lease) follow(ctx context.Context, fc *conn) {
 			fc.close()
 		}
 	}()
-	pause := min(retryPause, l.cfg.RenewPeriod/4)
+	pause := retryPause / 10 // grows to retryPause while dials fail
 	flushed := false
 	for ctx.Err() == nil {
 		if fc == nil {
@@ -42,8 +42,10 @@ func (l *Lease) follow(ctx context.Context, fc *conn) {
 			if err != nil {
 				fc = nil
 				sleep(ctx, pause)
+				pause = min(2*pause, retryPause)
 				continue
 			}
+			pause = retryPause / 10
 			if !l.check(ctx, fc, "a reconnection to "+fc.addr(), false) {
 				return
 			}

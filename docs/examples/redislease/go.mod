@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/zukhruf/lease => ../../..
 
 require (
+	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/zukhruf/lease v0.1.0
 	go.uber.org/goleak v1.3.0

@@ -78,7 +78,7 @@ func (c Config) Lock(ctx context.Context, rdb redis.UniversalClient, key string)
 	if err != nil {
 		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
 	}
-	ep, err := newEndpoint(rdb, key)
+	ep, err := newEndpoint(rdb, key, c.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
 	}

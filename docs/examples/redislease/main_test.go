@@ -26,6 +26,9 @@ type quiet struct{}
 func (quiet) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
+	if code := childMain(); code >= 0 {
+		os.Exit(code)
+	}
 	// go-redis logs each failed dial; the tests say what matters.
 	redis.SetLogger(quiet{})
 	dir, err := os.MkdirTemp("", "redislease-test")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,10 +20,14 @@ type endpoint struct {
 	rdb     redis.UniversalClient
 	key     string
 	cluster *redis.ClusterClient // nil unless rdb is one
+	// bound bounds a dial and its handshake: a server that accepts a
+	// connection but does not answer (paused, its backlog still taking
+	// connections) is left for the next dial, which may find another.
+	bound time.Duration
 }
 
 // newEndpoint checks that rdb is a client the lease can work with.
-func newEndpoint(rdb redis.UniversalClient, key string) (*endpoint, error) {
+func newEndpoint(rdb redis.UniversalClient, key string, bound time.Duration) (*endpoint, error) {
 	if rdb == nil {
 		return nil, errors.New("nil client")
 	}
@@ -31,15 +36,17 @@ func newEndpoint(rdb redis.UniversalClient, key string) (*endpoint, error) {
 	}
 	switch c := rdb.(type) {
 	case *redis.Client:
-		return &endpoint{rdb: rdb, key: key}, nil
+		return &endpoint{rdb: rdb, key: key, bound: bound}, nil
 	case *redis.ClusterClient:
-		return &endpoint{rdb: rdb, key: key, cluster: c}, nil
+		return &endpoint{rdb: rdb, key: key, cluster: c, bound: bound}, nil
 	}
 	return nil, fmt.Errorf("a %T is not supported: pass a *redis.Client (redis.NewClient, or redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient", rdb)
 }
 
 // dial opens a connection of the lease's own to the primary of the key.
 func (e *endpoint) dial(ctx context.Context, reload bool) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.bound)
+	defer cancel()
 	opt, err := e.options(ctx, reload)
 	if err != nil {
 		return nil, err

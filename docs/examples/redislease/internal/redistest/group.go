@@ -19,8 +19,12 @@ import (
 const GroupName = "leasegroup"
 
 // DownAfter is how long the Sentinels of a [Group] wait for a silent
-// primary before they call it down and fail it over.
-const DownAfter = time.Second
+// primary before they call it down and fail it over: longer than the 2 s TTL
+// of the fault trials, so that a holder cut off from its primary reaches its
+// deadline before the failover, as it would in most deployments (Sentinel's
+// default is 30 s). With a shorter wait, a holder may instead keep its lease
+// on the promoted replica, which holds its key.
+const DownAfter = 2500 * time.Millisecond
 
 // A Group is a primary, its replicas, and three Sentinels watching them.
 // Replica i replicates through Links[i], a proxy whose faults cut its
