@@ -35,6 +35,7 @@ type Group struct {
 	Replicas  []*Server
 	Links     []*faultnet.Proxy
 	Sentinels []*Server
+	closers   []func()
 }
 
 // StartGroup starts a primary, n replicas and three Sentinels, waits until
@@ -42,26 +43,66 @@ type Group struct {
 // when tb ends.
 func StartGroup(tb testing.TB, n int) *Group {
 	tb.Helper()
-	g := &Group{Primary: StartServer(tb)}
-	for range n {
-		link, err := faultnet.Listen(g.Primary.Addr())
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { link.Close() })
-		host, port, _ := strings.Cut(link.Addr(), ":")
-		g.Links = append(g.Links, link)
-		g.Replicas = append(g.Replicas, StartServer(tb, "--replicaof", host, port))
-	}
-	sbin, err := SentinelBinary()
+	g, err := NewGroup(tb.TempDir(), n)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for range 3 {
-		dir := tb.TempDir()
+	tb.Cleanup(g.Close)
+	return g
+}
+
+// NewGroup starts a group as StartGroup does, its servers in folders under
+// dir; the caller stops it with Close.
+func NewGroup(dir string, n int) (g *Group, err error) {
+	g = &Group{}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	sub := func(name string) (string, error) {
+		d := filepath.Join(dir, name)
+		return d, os.MkdirAll(d, 0o755)
+	}
+	d, err := sub("primary")
+	if err != nil {
+		return g, err
+	}
+	if g.Primary, err = NewServer(d); err != nil {
+		return g, err
+	}
+	g.closers = append(g.closers, g.Primary.Kill)
+	for i := range n {
+		link, err := faultnet.Listen(g.Primary.Addr())
+		if err != nil {
+			return g, err
+		}
+		g.closers = append(g.closers, func() { link.Close() })
+		host, port, _ := strings.Cut(link.Addr(), ":")
+		g.Links = append(g.Links, link)
+		d, err := sub(fmt.Sprintf("replica%d", i))
+		if err != nil {
+			return g, err
+		}
+		r, err := NewServer(d, "--replicaof", host, port)
+		if err != nil {
+			return g, err
+		}
+		g.closers = append(g.closers, r.Kill)
+		g.Replicas = append(g.Replicas, r)
+	}
+	sbin, err := SentinelBinary()
+	if err != nil {
+		return g, err
+	}
+	for i := range 3 {
+		d, err := sub(fmt.Sprintf("sentinel%d", i))
+		if err != nil {
+			return g, err
+		}
 		port, err := FreePort()
 		if err != nil {
-			tb.Fatal(err)
+			return g, err
 		}
 		conf := fmt.Sprintf(`port %d
 bind 127.0.0.1
@@ -72,29 +113,36 @@ sentinel monitor %s 127.0.0.1 %d 2
 sentinel down-after-milliseconds %s %d
 sentinel failover-timeout %s 5000
 sentinel parallel-syncs %s %d
-`, port, dir, filepath.Join(dir, "redis.log"), GroupName, g.Primary.Port, GroupName, DownAfter.Milliseconds(), GroupName, GroupName, max(1, n))
-		file := filepath.Join(dir, "sentinel.conf")
+`, port, d, filepath.Join(d, "redis.log"), GroupName, g.Primary.Port, GroupName, DownAfter.Milliseconds(), GroupName, GroupName, max(1, n))
+		file := filepath.Join(d, "sentinel.conf")
 		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-			tb.Fatal(err)
+			return g, err
 		}
-		s := &Server{Port: port, Dir: dir, bin: sbin, args: []string{file}}
+		s := &Server{Port: port, Dir: d, bin: sbin, args: []string{file}}
 		if err := s.Start(); err != nil {
-			tb.Fatal(err)
+			return g, err
 		}
-		tb.Cleanup(s.Kill)
+		g.closers = append(g.closers, s.Kill)
 		g.Sentinels = append(g.Sentinels, s)
 	}
-	g.waitReady(tb, n)
-	return g
+	return g, g.waitReady(n)
+}
+
+// Close stops every server and proxy of the group.
+func (g *Group) Close() {
+	for i := len(g.closers) - 1; i >= 0; i-- {
+		g.closers[i]()
+	}
+	g.closers = nil
 }
 
 // waitReady waits until the primary lists n replicas online and every
 // Sentinel knows n replicas and two other Sentinels.
-func (g *Group) waitReady(tb testing.TB, n int) {
-	tb.Helper()
+func (g *Group) waitReady(n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := g.Primary.Client(tb)
+	p := redis.NewClient(&redis.Options{Addr: g.Primary.Addr()})
+	defer p.Close()
 	for {
 		ok := true
 		info, err := p.Info(ctx, "replication").Result()
@@ -111,10 +159,10 @@ func (g *Group) waitReady(tb testing.TB, n int) {
 			}
 		}
 		if ok {
-			return
+			return nil
 		}
 		if ctx.Err() != nil {
-			tb.Fatalf("redistest: the group was not ready within 30 s: %v", info)
+			return fmt.Errorf("redistest: the group was not ready within 30 s: %v", info)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
