@@ -56,8 +56,7 @@ type Lease struct {
 // Cluster, the node of the key's slot: it dials connections of its own,
 // with rdb's dialer, credentials and database, which no caller can use,
 // close or kill without the lease noticing. Closing rdb later does not end
-// the lease; with a Sentinel client, it stops the lease from finding a new
-// primary.
+// the lease.
 //
 // ctx bounds the wait only; a Lock it cuts leaves no goroutine and no key
 // behind. A mistake fails the first attempt and returns at once: a wrong
@@ -156,7 +155,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		l.stop()
 		l.workers.Wait()
 		l.deadline.stop()
-		cn, err := l.ep.dial(ctx, false)
+		cn, err := l.ep.dial(ctx, true)
 		if err == nil {
 			_, err = cn.do(ctx, "EVAL", unlockScript, "1", l.key, l.value)
 			cn.close()

@@ -57,3 +57,18 @@ func TestGroupReplicatesAndFailsOver(t *testing.T) {
 		t.Fatalf("the new primary %s is none of the group's replicas", addr)
 	}
 }
+
+// TestClusterStarts: three primaries with a replica each serve every slot.
+func TestClusterStarts(t *testing.T) {
+	c := redistest.StartCluster(t)
+	cl := c.Client(t)
+	for _, k := range []string{"a", "b", "c", "{a}x"} {
+		if err := cl.Set(t.Context(), k, "v", 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", k, err)
+		}
+	}
+	addr, err := redistest.MasterOf(t.Context(), c.Nodes[0].Addr(), "a")
+	if err != nil || c.Node(addr) == nil {
+		t.Fatalf("MasterOf(a) = %q, %v; want one of the nodes", addr, err)
+	}
+}
