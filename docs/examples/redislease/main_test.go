@@ -2,7 +2,6 @@ package redislease_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -123,5 +122,3 @@ func notLost(t testing.TB, l *redislease.Lease, d time.Duration) {
 	case <-time.After(d):
 	}
 }
-
-func isLost(err, cause error) bool { return err != nil && errors.Is(err, cause) }

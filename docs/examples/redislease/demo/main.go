@@ -124,7 +124,7 @@ func takeover(ctx context.Context, tl *timeline, dir string) error {
 	select {
 	case <-a.Signal().Done():
 	case <-ctx.Done():
-		return errors.New("A was not told")
+		return errors.New("holder A was not told")
 	}
 	tl.say("holder A", "told %v after the DEL returned: %v", time.Since(deleted).Round(10*time.Microsecond), a.Signal().Err())
 	tl.say("holder A", "errors.Is(err, redislease.ErrDeleted) = %t", errors.Is(a.Signal().Err(), redislease.ErrDeleted))
@@ -184,7 +184,7 @@ func failover(ctx context.Context, tl *timeline, dir string) error {
 	select {
 	case <-c.Signal().Done():
 	case <-ctx.Done():
-		return errors.New("C was not told")
+		return errors.New("holder C was not told")
 	}
 	tl.say("holder C", "lost: %v", c.Signal().Err())
 	tl.say("redis", "Sentinel promoted %s", <-failed)

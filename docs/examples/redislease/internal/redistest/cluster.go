@@ -162,13 +162,20 @@ func MasterOf(ctx context.Context, from, key string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	slots, err := cl.ClusterSlots(ctx).Result()
+	shards, err := cl.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr, nil
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > slot || slot > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" && n.Health == "online" {
+					return fmt.Sprintf("%s:%d", n.IP, n.Port), nil
+				}
+			}
 		}
 	}
 	return "", fmt.Errorf("redistest: no node serves slot %d", slot)
