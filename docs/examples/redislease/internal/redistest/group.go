@@ -30,6 +30,12 @@ const DownAfter = 2500 * time.Millisecond
 // Replica i replicates through Links[i], a proxy whose faults cut its
 // replication link; once a failover reconfigured it, it replicates from the
 // new primary directly.
+//
+// A Sentinel sets a replica that replicates from another address than the
+// primary's (the proxy's) to the primary's own, once the replica's
+// configuration is older than the failover timeout ("+fix-slave-config"):
+// the Sentinels keep their default failover timeout, 3 minutes, so that the
+// links stay in place for the life of a test.
 type Group struct {
 	Primary   *Server
 	Replicas  []*Server
@@ -111,7 +117,7 @@ dir %s
 logfile %s
 sentinel monitor %s 127.0.0.1 %d 2
 sentinel down-after-milliseconds %s %d
-sentinel failover-timeout %s 5000
+sentinel failover-timeout %s 180000
 sentinel parallel-syncs %s %d
 `, port, d, filepath.Join(d, "redis.log"), GroupName, g.Primary.Port, GroupName, DownAfter.Milliseconds(), GroupName, GroupName, max(1, n))
 		file := filepath.Join(d, "sentinel.conf")

@@ -39,6 +39,8 @@ func TestGroupReplicatesAndFailsOver(t *testing.T) {
 	if n, err := c.Wait(ctx, 2, time.Second).Result(); err != nil || n != 2 {
 		t.Fatalf("WAIT 2 = %d, %v; want 2", n, err)
 	}
+	// The Sentinels leave the replicas on their links.
+	time.Sleep(6 * time.Second)
 	g.Links[0].Drop(faultnet.Both)
 	c.Set(ctx, "k", "w", 0)
 	if n, _ := c.Wait(ctx, 2, 300*time.Millisecond).Result(); n != 1 {
