@@ -120,6 +120,7 @@ type setup struct {
 	p            *faultnet.Proxy      // A's proxy, for network faults
 	s            *redistest.Server    // the server, for server faults
 	g            *redistest.Group     // the group, for failovers
+	c            *redistest.Cluster   // the Cluster, for a slot's failover
 	ops          func() *redis.Client // the operator's client to the primary
 	cleanup      []func()             // run after the trial
 	mu           sync.Mutex
@@ -188,6 +189,23 @@ func ownGroup(t *testing.T) *setup {
 	return s
 }
 
+// ownCluster is the setup of a slot's failover: a Cluster of three
+// primaries and three replicas of the trial's own; every holder uses a
+// Cluster client.
+func ownCluster(t *testing.T) *setup {
+	c := redistest.StartCluster(t)
+	s := &setup{c: c}
+	s.viaA = func() redis.UniversalClient {
+		cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+		s.mu.Lock()
+		s.cleanup = append(s.cleanup, func() { cl.Close() })
+		s.mu.Unlock()
+		return cl
+	}
+	s.direct = s.viaA
+	return s
+}
+
 // trial is one run of a fault: A and redsync's A′ through the fault, each
 // with a waiting holder (B, B′) outside it.
 type trial struct {
@@ -210,7 +228,9 @@ type trial struct {
 
 func startTrial(t *testing.T, s *setup, n int) *trial {
 	t.Helper()
-	tr := &trial{t: t, s: s, key: fmt.Sprintf("%s-%d", keyName(t), n)}
+	// A's key and A′'s share a hash tag: on a Cluster, one slot, which
+	// one fault hits.
+	tr := &trial{t: t, s: s, key: fmt.Sprintf("{%s-%d}", keyName(t), n)}
 	tr.peerKey = tr.key + "-peer"
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -403,6 +423,15 @@ var faults = []fault{
 		if _, err := tr.s.g.WaitFailover(ctx, old.Addr()); err != nil {
 			tr.t.Error(err)
 		}
+	}},
+	{faulttrial.Fault{Name: "Cluster: the primary of the key's slot killed, its replica takes over", Want: faulttrial.NoOverlap}, ownCluster, func(tr *trial) {
+		c := tr.s.c
+		master, err := redistest.MasterOf(tr.t.Context(), c.Nodes[0].Addr(), tr.key)
+		if err != nil {
+			tr.t.Error(err)
+			return
+		}
+		c.Node(master).Kill()
 	}},
 	{faulttrial.Fault{Name: "primary killed (SIGKILL), Sentinel fails over", Want: faulttrial.NoOverlap}, ownGroup, func(tr *trial) {
 		tr.s.g.Primary.Kill()
