@@ -34,10 +34,10 @@
 // FLUSHALL, frees the key at once for waiting clients and holder alike: the
 // holder is lost as soon as Redis pushes the change to it, and a waiting
 // Lock may be granted as fast; only the token protects the resource there.
-// A failover to a replica that never had the key (the grant was not yet
-// acknowledged, or Config.Replicas asked for fewer replicas than the
-// primary has) and a primary restarted without persistence are races of the
-// same kind: the holder is lost when its connection reaches the new server.
+// A failover to a replica that never had the key (possible only when
+// Config.Replicas asks for fewer replicas than the primary has) and a
+// primary restarted without persistence are races of the same kind: the
+// holder is lost when its connection reaches the new server.
 //
 // Each cause is wrapped with what Redis said and reaches the holder inside
 // a lost.Error: errors.Is(sig.Err(), redislease.ErrDeleted) tells which.
