@@ -489,9 +489,11 @@ func TestFaults(t *testing.T) {
 
 // tokenLog records, for each trial where B was granted, A's token and B's.
 type tokenLog struct {
-	mu          sync.Mutex
-	checked, up int
-	resets      []string
+	mu      sync.Mutex
+	checked int
+	up      int
+	resets  map[string]int // trials of each fault where B's token was not larger
+	order   []string
 }
 
 func (l *tokenLog) add(fault string, a, b int64) {
@@ -500,21 +502,27 @@ func (l *tokenLog) add(fault string, a, b int64) {
 	l.checked++
 	if b > a {
 		l.up++
-	} else {
-		l.resets = append(l.resets, fmt.Sprintf("%s (%d then %d)", fault, a, b))
+		return
 	}
+	if l.resets == nil {
+		l.resets = map[string]int{}
+	}
+	if l.resets[fault] == 0 {
+		l.order = append(l.order, fault)
+	}
+	l.resets[fault]++
 }
 
 func (l *tokenLog) line() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := fmt.Sprintf("Tokens: B's token was larger than A's in %d of the %d trials where B was granted", l.up, l.checked)
-	if len(l.resets) > 0 {
-		s += "; not larger in " + strings.Join(l.resets[:min(3, len(l.resets))], ", ")
-		if len(l.resets) > 3 {
-			s += fmt.Sprintf(" and %d more", len(l.resets)-3)
+	if len(l.order) > 0 {
+		var parts []string
+		for _, f := range l.order {
+			parts = append(parts, fmt.Sprintf("%d trials of %q", l.resets[f], f))
 		}
-		s += ": the counter lives in the data a FLUSHALL or a restart without persistence erases"
+		s += "; not larger in " + strings.Join(parts, " and ") + ", whose counter is erased with the data"
 	}
 	return s + "."
 }

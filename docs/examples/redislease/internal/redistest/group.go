@@ -145,7 +145,9 @@ func (g *Group) Close() {
 // waitReady waits until the primary lists n replicas online and every
 // Sentinel knows n replicas and two other Sentinels.
 func (g *Group) waitReady(n int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A minute: on a loaded 2-core machine, the Sentinels took more than
+	// 30 s to find each other once in 30 starts.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := redis.NewClient(&redis.Options{Addr: g.Primary.Addr()})
 	defer p.Close()
@@ -168,7 +170,7 @@ func (g *Group) waitReady(n int) error {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("redistest: the group was not ready within 30 s: %v", info)
+			return fmt.Errorf("redistest: the group was not ready within a minute: %v", info)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
