@@ -478,6 +478,9 @@ func TestFaults(t *testing.T) {
 	}
 	paused := pausedTrials(t, *faultTrials)
 	book.Check(t)
+	if tokens.checked > tokens.up {
+		t.Errorf("tokens must grow with every grant: %s", tokens.line())
+	}
 	table := book.Table(*faultCommand) + "\n" + tokens.line() + "\n\n" + paused + "\n"
 	t.Logf("\n%s", table)
 	if *faultReadme != "" {
@@ -522,7 +525,7 @@ func (l *tokenLog) line() string {
 		for _, f := range l.order {
 			parts = append(parts, fmt.Sprintf("%d trials of %q", l.resets[f], f))
 		}
-		s += "; not larger in " + strings.Join(parts, " and ") + ", whose counter is erased with the data"
+		s += "; not larger in " + strings.Join(parts, " and ")
 	}
 	return s + "."
 }

@@ -65,6 +65,51 @@ func TestTokenRefusesStaleWrite(t *testing.T) {
 	}
 }
 
+// TestTokenGrowsAcrossErasedCounter: the token counter erased with the data
+// (as FLUSHALL or a primary restarted without persistence erase it) starts
+// again from the server's clock, above every token counted before; a stale
+// write of the holder from before the erasure is still refused.
+func TestTokenGrowsAcrossErasedCounter(t *testing.T) {
+	rdb := client(t, shared.Addr())
+	key := keyName(t)
+	resource := key + ":resource"
+	var last int64
+	for round := range 5 {
+		a := mustLock(t, short, rdb, key)
+		a2 := a.Token()
+		a.Unlock(context.Background())
+		a = mustLock(t, short, rdb, key) // a second grant on the same counter
+		if a.Token() != a2+1 {
+			t.Fatalf("round %d: the next grant's token is %d, want %d", round, a.Token(), a2+1)
+		}
+		if a2 <= last {
+			t.Fatalf("round %d: token %d after the counter was erased, not above %d", round, a2, last)
+		}
+		if ok, err := fencedWrite(t.Context(), rdb, resource, a.Token(), "a"); !ok || err != nil {
+			t.Fatalf("A's write = %v, %v; want accepted", ok, err)
+		}
+		// Erase the key and its counter, and nothing else of the server's.
+		n, err := rdb.Del(t.Context(), key, "{"+key+"}:redislease-token").Result()
+		if err != nil || n != 2 {
+			t.Fatalf("DEL of the key and its counter = %d, %v; want 2 keys deleted", n, err)
+		}
+		b := mustLock(t, short, rdb, key)
+		if b.Token() <= a.Token() {
+			t.Fatalf("round %d: B's token %d after the counter was erased, not above A's %d", round, b.Token(), a.Token())
+		}
+		if ok, err := fencedWrite(t.Context(), rdb, resource, b.Token(), "b"); !ok || err != nil {
+			t.Fatalf("B's write = %v, %v; want accepted", ok, err)
+		}
+		if ok, err := fencedWrite(t.Context(), rdb, resource, a.Token(), "stale"); ok || err != nil {
+			t.Fatalf("A's stale write = %v, %v; want refused", ok, err)
+		}
+		last = b.Token()
+		a.Unlock(context.Background())
+		b.Unlock(context.Background())
+		rdb.Del(t.Context(), "{"+key+"}:redislease-token")
+	}
+}
+
 // TestMutualExclusion: three holders take and release one key, a hundred
 // rounds in all; no two hold it at once, and tokens grow with every grant.
 func TestMutualExclusion(t *testing.T) {

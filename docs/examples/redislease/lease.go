@@ -131,9 +131,10 @@ func (l *Lease) Signal() *signal.Signal { return l.ctrl.Signal() }
 // remembers the largest token it accepted and refuses smaller ones refuses a
 // holder that lost its lease, even one whose signal has not told it yet.
 //
-// The counter lives in the database: a FLUSHALL, or a primary restarted
-// without persistence, starts it again at 1, and so it tells nothing across
-// those.
+// A counter erased with the data (a FLUSHALL, a primary restarted without
+// persistence) starts again at the server's clock in microseconds, above
+// every token counted before, as long as the servers' clocks agree to within
+// the grants counted (see the README's "The token").
 func (l *Lease) Token() int64 { return l.token }
 
 // Unlock releases the lease: it ends the signal first, so that nothing seen

@@ -10,6 +10,18 @@ package redislease
 // set again. It returns {1, token} when the key is this lease's, or {0,
 // the key's PTTL}.
 //
+// A counter that does not exist, the first ever or one erased with the
+// data (FLUSHALL, a primary restarted without persistence), starts at the
+// server's clock in microseconds rather than at 1, so that a token counted
+// after the erasure is still larger than every token counted before it:
+// the old counter started at its own server's clock and grew by one a
+// grant, and a grant takes more than a microsecond. This assumes that a
+// server whose data was erased does not run its clock behind the clock of
+// the server that started the erased counter by more than the grants
+// counted since (the README's "The token"). Tokens stay below 2^53, so the
+// script's Lua numbers hold them exactly; they are written with %d, since
+// Lua's own conversion of such a number to a string uses an exponent.
+//
 // KEYS[1] the key, KEYS[2] its token counter; ARGV[1] the id, ARGV[2] the
 // TTL in milliseconds.
 const grantScript = `
@@ -23,7 +35,12 @@ if v then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local t = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. t, 'PX', ARGV[2])
+if t == 1 then
+  local now = redis.call('TIME')
+  t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('SET', KEYS[2], string.format('%d', t))
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', t), 'PX', ARGV[2])
 return {1, t}
 `
 
