@@ -1,0 +1,60 @@
+package redislease_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zukhruf/lease/docs/examples/redislease"
+	"github.com/zukhruf/lease/docs/examples/redislease/internal/redistest"
+	"github.com/zukhruf/lease/internal/faultnet"
+)
+
+// TestDemotedPrimary: an operator makes the holder's primary a replica of
+// a server without the key. The full resynchronization empties it, Redis
+// pushes the flush, and the holder is lost at once; its renewals would meet
+// READONLY.
+func TestDemotedPrimary(t *testing.T) {
+	s1, s2 := redistest.StartServer(t), redistest.StartServer(t)
+	key := keyName(t)
+	a := mustLock(t, short, client(t, s1.Addr()), key)
+	host, port, _ := strings.Cut(s2.Addr(), ":")
+	if err := client(t, s1.Addr()).SlaveOf(t.Context(), host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	demoted := time.Now()
+	err := waitLost(t, a, short.TTL)
+	if !errors.Is(err, redislease.ErrDeleted) && !errors.Is(err, redislease.ErrFailedOver) {
+		t.Fatalf("Err() = %v, want ErrDeleted or ErrFailedOver", err)
+	}
+	t.Logf("lost %v after REPLICAOF: %v", time.Since(demoted).Round(time.Millisecond), err)
+}
+
+// TestReplicaCutStopsRenewals: with both replication links cut, renewals
+// reach the primary but not the replicas, and must not move the deadline:
+// the holder is lost at the deadline of its last write the replicas
+// acknowledged, while the primary still holds its key.
+func TestReplicaCutStopsRenewals(t *testing.T) {
+	g := redistest.StartGroup(t, 2)
+	key := keyName(t)
+	a := mustLock(t, short, g.FailoverClient(t), key)
+	for _, l := range g.Links {
+		l.Drop(faultnet.Both)
+	}
+	cut := time.Now()
+	err := waitLost(t, a, short.TTL)
+	if !errors.Is(err, redislease.ErrRenewalUnconfirmed) {
+		t.Fatalf("Err() = %v, want ErrRenewalUnconfirmed", err)
+	}
+	took := time.Since(cut)
+	if took > short.TTL-short.TTL/10 {
+		t.Errorf("lost %v after the cut, later than a TTL less the margin", took)
+	}
+	ttl, err := g.Primary.Client(t).PTTL(context.Background(), key).Result()
+	if err != nil || ttl < short.TTL/2 {
+		t.Errorf("the primary's PTTL = %v, %v; want the key renewed there", ttl, err)
+	}
+	t.Logf("lost %v after the cut; the primary still has the key for %v", took.Round(time.Millisecond), ttl)
+}

@@ -1,0 +1,158 @@
+package redislease_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zukhruf/lease/docs/examples/redislease"
+	"github.com/zukhruf/lease/lost"
+)
+
+func TestLockWritesKeyAndToken(t *testing.T) {
+	rdb := client(t, shared.Addr())
+	key := keyName(t)
+	l := mustLock(t, short, rdb, key)
+	if err := l.Signal().Err(); err != nil {
+		t.Fatalf("Err() = %v, want nil", err)
+	}
+	v, err := rdb.Get(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(v, ":1") {
+		t.Errorf("the key holds %q, want a value ending in the token :1", v)
+	}
+	if l.Token() != 1 {
+		t.Errorf("Token() = %d, want 1", l.Token())
+	}
+	ttl, err := rdb.PTTL(t.Context(), key).Result()
+	if err != nil || ttl <= 0 || ttl > short.TTL {
+		t.Errorf("PTTL = %v, %v; want in (0, %v]", ttl, err, short.TTL)
+	}
+	if got := l.Signal().String(); !strings.Contains(got, key) {
+		t.Errorf("Signal().String() = %q, want the subject %s", got, key)
+	}
+}
+
+// TestRenewalsKeepTheLease holds a 2 s lease for three TTLs while another
+// Lock waits: without renewals the key would expire.
+func TestRenewalsKeepTheLease(t *testing.T) {
+	key := keyName(t)
+	a := mustLock(t, short, client(t, shared.Addr()), key)
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
+	defer cancel()
+	b := lockAsync(ctx, short, client(t, shared.Addr()), key)
+	select {
+	case g := <-b:
+		if g.err == nil {
+			g.l.Unlock(context.Background())
+		}
+		if !errors.Is(g.err, context.DeadlineExceeded) {
+			t.Fatalf("B's Lock = %v, want the deadline of its context", g.err)
+		}
+	case <-a.Signal().Done():
+		t.Fatalf("A was lost: %v", a.Signal().Err())
+	}
+	if err := a.Signal().Err(); err != nil {
+		t.Fatalf("A.Err() = %v, want nil", err)
+	}
+}
+
+// TestUnlockHandsOver releases the key to a waiting Lock, again and again,
+// and checks that the wait after Unlock is short: the waiting Lock tracks
+// the key, so it does not wait for the TTL or its retry period.
+func TestUnlockHandsOver(t *testing.T) {
+	key := keyName(t)
+	rdb := client(t, shared.Addr())
+	var waits []time.Duration
+	tokens := []int64{}
+	l := mustLock(t, short, rdb, key)
+	tokens = append(tokens, l.Token())
+	for range 20 {
+		b := lockAsync(t.Context(), short, client(t, shared.Addr()), key)
+		time.Sleep(50 * time.Millisecond) // B waits
+		start := time.Now()
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Signal().Err(); err != nil {
+			t.Fatalf("after Unlock, Err() = %v, want nil", err)
+		}
+		g := <-b
+		if g.err != nil {
+			t.Fatal(g.err)
+		}
+		waits = append(waits, g.at.Sub(start))
+		l = g.l
+		tokens = append(tokens, l.Token())
+	}
+	l.Unlock(context.Background())
+	slices.Sort(waits)
+	median := waits[len(waits)/2]
+	t.Logf("Unlock → waiting Lock granted: median %v, max %v over %d hand-overs", median, waits[len(waits)-1], len(waits))
+	if median > 50*time.Millisecond {
+		t.Errorf("median hand-over %v, want at most 50 ms", median)
+	}
+	if waits[len(waits)-1] >= short.RetryPeriod && waits[len(waits)-1] >= short.TTL/4 {
+		t.Errorf("a hand-over took %v: the waiting Lock waited for its retry period", waits[len(waits)-1])
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Errorf("tokens %v: not strictly increasing at %d", tokens, i)
+		}
+	}
+}
+
+// TestOperatorWrites: a key deleted, overwritten, flushed or whose expiry
+// is shortened by another client loses the lease at once, with its cause.
+func TestOperatorWrites(t *testing.T) {
+	cases := []struct {
+		name  string
+		cause error
+		do    func(t *testing.T, key string) error
+	}{
+		{"DEL", redislease.ErrDeleted, func(t *testing.T, key string) error {
+			return client(t, shared.Addr()).Del(t.Context(), key).Err()
+		}},
+		{"UNLINK", redislease.ErrDeleted, func(t *testing.T, key string) error {
+			return client(t, shared.Addr()).Unlink(t.Context(), key).Err()
+		}},
+		{"SET", redislease.ErrTakenOver, func(t *testing.T, key string) error {
+			return client(t, shared.Addr()).Set(t.Context(), key, "operator", 0).Err()
+		}},
+		// An expiry shorter than the margin: the lease is lost at once, not
+		// at the expiry less the margin.
+		{"PEXPIRE 150 ms", redislease.ErrExpired, func(t *testing.T, key string) error {
+			return client(t, shared.Addr()).PExpire(t.Context(), key, 150*time.Millisecond).Err()
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var most time.Duration
+			for range *faultTrials {
+				key := keyName(t)
+				l := mustLock(t, short, client(t, shared.Addr()), key)
+				time.Sleep(100 * time.Millisecond)
+				if err := tc.do(t, key); err != nil {
+					t.Fatal(err)
+				}
+				wrote := time.Now()
+				err := waitLost(t, l, time.Second)
+				took := time.Since(wrote)
+				var le *lost.Error
+				if !errors.As(err, &le) || !errors.Is(err, tc.cause) {
+					t.Fatalf("Err() = %v, want a *lost.Error wrapping %v", err, tc.cause)
+				}
+				if took > 100*time.Millisecond {
+					t.Errorf("lost %v after the write, want at most 100 ms: %v", took, err)
+				}
+				most = max(most, took)
+			}
+			t.Logf("%d trials: lost at most %v after the write returned", *faultTrials, most)
+		})
+	}
+}

@@ -1,0 +1,238 @@
+package redislease_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/zukhruf/lease/docs/examples/redislease"
+	"github.com/zukhruf/lease/docs/examples/redislease/internal/redistest"
+)
+
+// TestCutLockLeavesNothing cuts waiting Locks, and Locks at every moment of
+// their grant: none leaves a goroutine or a key behind.
+func TestCutLockLeavesNothing(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	rdb := client(t, shared.Addr())
+	t.Run("waiting", func(t *testing.T) {
+		key := keyName(t)
+		a := mustLock(t, short, rdb, key)
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		l, err := short.Lock(ctx, rdb, key)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock = %v, %v; want the context's deadline", l, err)
+		}
+		v, _ := rdb.Get(t.Context(), key).Result()
+		if !strings.HasSuffix(v, ":"+itoa(a.Token())) {
+			t.Errorf("the key holds %q, want A's value", v)
+		}
+	})
+	t.Run("granting", func(t *testing.T) {
+		for i := range 200 {
+			key := keyName(t)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Duration(rand.Int64N(int64(3*time.Millisecond))))
+			l, err := short.Lock(ctx, rdb, key)
+			cancel()
+			if err == nil {
+				l.Unlock(context.Background())
+				continue
+			}
+			if n, _ := rdb.Exists(t.Context(), key).Result(); n != 0 {
+				t.Fatalf("try %d: Lock = %v, and the key is left behind", i, err)
+			}
+		}
+	})
+}
+
+// TestCallerMisuse does to rdb what a caller may: close it, kill the
+// connections of other clients, run commands. None panics, and none leaves
+// a live lease whose key is gone.
+func TestCallerMisuse(t *testing.T) {
+	t.Run("Close", func(t *testing.T) {
+		rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+		key := keyName(t)
+		l := mustLock(t, short, rdb, key)
+		rdb.Close()
+		notLost(t, l, short.TTL+short.TTL/2) // its connections are its own
+		op := client(t, shared.Addr())
+		if err := op.Del(t.Context(), key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitLost(t, l, time.Second); !errors.Is(err, redislease.ErrDeleted) {
+			t.Fatalf("Err() = %v, want ErrDeleted", err)
+		}
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Errorf("Unlock = %v, want nil", err)
+		}
+	})
+	t.Run("CLIENT KILL", func(t *testing.T) {
+		rdb := client(t, shared.Addr())
+		key := keyName(t)
+		l := mustLock(t, short, rdb, key)
+		for range 5 {
+			if err := rdb.ClientKillByFilter(t.Context(), "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(short.TTL / 3)
+		}
+		notLost(t, l, short.TTL)
+		if err := rdb.Del(t.Context(), key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitLost(t, l, time.Second); !errors.Is(err, redislease.ErrDeleted) {
+			t.Fatalf("Err() = %v, want ErrDeleted", err)
+		}
+	})
+	t.Run("killed while the key is deleted", func(t *testing.T) {
+		// The push of the deletion may be lost with the connection: the
+		// reconnection reads the key.
+		rdb := client(t, shared.Addr())
+		for range 20 {
+			key := keyName(t)
+			l := mustLock(t, short, rdb, key)
+			pipe := rdb.Pipeline()
+			pipe.ClientKillByFilter(t.Context(), "TYPE", "normal", "SKIPME", "yes")
+			pipe.Del(t.Context(), key)
+			if _, err := pipe.Exec(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitLost(t, l, time.Second); !errors.Is(err, redislease.ErrDeleted) {
+				t.Fatalf("Err() = %v, want ErrDeleted", err)
+			}
+			l.Unlock(context.Background())
+		}
+	})
+	t.Run("Unlock twice, Signal after Unlock", func(t *testing.T) {
+		rdb := client(t, shared.Addr())
+		key := keyName(t)
+		l := mustLock(t, short, rdb, key)
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Fatalf("second Unlock = %v, want nil", err)
+		}
+		if err := l.Signal().Err(); err != nil {
+			t.Fatalf("Err() after Unlock = %v, want nil", err)
+		}
+		if n, _ := rdb.Exists(t.Context(), key).Result(); n != 0 {
+			t.Fatal("the key is left after Unlock")
+		}
+	})
+	t.Run("Unlock leaves another's key", func(t *testing.T) {
+		rdb := client(t, shared.Addr())
+		key := keyName(t)
+		l := mustLock(t, short, rdb, key)
+		if err := rdb.Set(t.Context(), key, "operator", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitLost(t, l, time.Second)
+		l.Unlock(context.Background())
+		if v, _ := rdb.Get(t.Context(), key).Result(); v != "operator" {
+			t.Fatalf("the key holds %q after Unlock, want the operator's value", v)
+		}
+	})
+}
+
+// TestMistakes: each mistake a caller may make fails Lock within a second,
+// with an error that names it. The README's "what you may get wrong" table
+// lists them.
+func TestMistakes(t *testing.T) {
+	secured := redistest.StartServer(t, "--requirepass", "secret")
+	admin := redis.NewClient(&redis.Options{Addr: secured.Addr(), Password: "secret"})
+	defer admin.Close()
+	// A user without the commands the lease needs, as a managed service's
+	// read-write role may be.
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@read", "+@write", "+@connection", "-eval").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "+@all", "-@scripting").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "norole", "on", ">pw", "~*", "+@all", "-role").Err(); err != nil {
+		t.Fatal(err)
+	}
+	freePort, _ := redistest.FreePort()
+	closed := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	closed.Close()
+	replica := redistest.StartServer(t, "--replicaof", "127.0.0.1", itoa(int64(shared.Port)))
+	var typedNil *redis.Client
+	wrongType := keyName(t)
+	client(t, shared.Addr()).HSet(t.Context(), wrongType, "f", "v")
+	cases := []struct {
+		name string
+		cfg  redislease.Config
+		rdb  redis.UniversalClient
+		key  string
+		want string // in the error
+	}{
+		{"wrong address", short, own(t, redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + itoa(int64(freePort))})), "k", "connection refused"},
+		{"no password", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr()})), "k", "NOAUTH"},
+		{"wrong password", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Password: "wrong"})), "k", "WRONGPASS"},
+		{"ACL without EVAL", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "app", Password: "pw"})), "k", "NOPERM"},
+		{"ACL without scripting", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "noscripts", Password: "pw"})), "k", "NOPERM"},
+		{"ACL without ROLE", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "norole", Password: "pw"})), "k", "ROLE (set Config.Replicas to do without it): NOPERM"},
+		{"TTL too short", redislease.Config{TTL: 100 * time.Millisecond}, client(t, shared.Addr()), "k", "outside"},
+		{"TTL too long", redislease.Config{TTL: 48 * time.Hour}, client(t, shared.Addr()), "k", "outside"},
+		{"TTL in microseconds", redislease.Config{TTL: time.Second + time.Microsecond}, client(t, shared.Addr()), "k", "milliseconds"},
+		{"margin too large", redislease.Config{TTL: 2 * time.Second, Margin: time.Second}, client(t, shared.Addr()), "k", "margin"},
+		{"renew period too long", redislease.Config{TTL: 2 * time.Second, RenewPeriod: time.Second}, client(t, shared.Addr()), "k", "renew period"},
+		{"negative replicas", redislease.Config{Replicas: -1}, client(t, shared.Addr()), "k", "replicas"},
+		{"nil client", short, nil, "k", "nil client"},
+		{"typed nil client", short, typedNil, "k", "nil *redis.Client"},
+		{"closed client", short, closed, "k", "closed"},
+		{"a Ring", short, own(t, redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": shared.Addr()}})), "k", "not supported"},
+		{"a replica's address", short, client(t, replica.Addr()), "k", "replica"},
+		{"empty key", short, client(t, shared.Addr()), "", "empty key"},
+		{"a '}' without a hash tag", short, client(t, shared.Addr()), "a}b", "hash tag"},
+		{"a key of another type", short, client(t, shared.Addr()), wrongType, "WRONGTYPE"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			l, err := tc.cfg.Lock(ctx, tc.rdb, tc.key)
+			took := time.Since(start)
+			if err == nil {
+				l.Unlock(context.Background())
+				t.Fatalf("Lock = nil error, want one with %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "redislease: ") {
+				t.Errorf("Lock = %v, want an error of redislease with %q", err, tc.want)
+			}
+			if took > time.Second {
+				t.Errorf("Lock took %v to fail, want at most 1 s", took)
+			}
+		})
+	}
+}
+
+func TestZeroConfig(t *testing.T) {
+	rdb := client(t, shared.Addr())
+	key := keyName(t)
+	l, err := redislease.Lock(t.Context(), rdb, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	ttl, _ := rdb.PTTL(t.Context(), key).Result()
+	if ttl <= redislease.DefaultTTL-time.Second || ttl > redislease.DefaultTTL {
+		t.Errorf("PTTL = %v, want about the default TTL %v", ttl, redislease.DefaultTTL)
+	}
+}
+
+func itoa(n int64) string { return formatInt(n) }
+
+// own closes c when the test ends.
+func own[C interface{ Close() error }](t testing.TB, c C) C {
+	t.Cleanup(func() { c.Close() })
+	return c
+}

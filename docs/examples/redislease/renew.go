@@ -1,0 +1,105 @@
+package redislease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// renew renews the key every RenewPeriod from the grant sent at granted,
+// until ctx ends or the lease is lost. lc is the connection the grant was
+// written on; renew dials another when it fails.
+//
+// Each renewal is the renew script and, where replicas must acknowledge it,
+// WAIT, in one write on one connection: WAIT counts the replicas that have
+// everything this connection wrote. A renewal that found the key gone or
+// another value in it loses the lease at once; one that failed, timed out,
+// or reached fewer replicas than needed is tried again after a pause, and
+// moves nothing: only the deadline says that silence lasted too long.
+func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
+	defer func() {
+		if lc != nil {
+			lc.close()
+		}
+	}()
+	ttl := strconv.FormatInt(l.cfg.TTL.Milliseconds(), 10)
+	pause := min(retryPause, l.cfg.RenewPeriod/4)
+	t := time.NewTimer(time.Until(granted.Add(l.cfg.RenewPeriod)))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// A renewal is abandoned at the deadline: its answer could no
+		// longer move it.
+		rctx, cancel := context.WithDeadline(ctx, l.deadline.current())
+		if lc == nil {
+			var err error
+			if lc, err = l.ep.dial(rctx, true); err != nil {
+				cancel()
+				lc = nil
+				t.Reset(pause)
+				continue
+			}
+		}
+		cmds := [][]any{{"EVAL", renewScript, "1", l.key, l.value, ttl}}
+		if l.need > 0 {
+			wait := max(1, min(l.cfg.RenewPeriod, time.Until(l.deadline.current())).Milliseconds())
+			cmds = append(cmds, []any{"WAIT", strconv.Itoa(l.need), strconv.FormatInt(wait, 10)})
+		}
+		sent := time.Now() // before the send: never later than Redis runs it
+		rs, err := lc.pipe(rctx, cmds...)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			lc.close()
+			lc = nil
+			t.Reset(pause)
+			continue
+		}
+		if err := rs[0].err; err != nil {
+			switch {
+			case code(err) == "READONLY":
+				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrFailedOver, clock(sent), err))
+				return
+			case permanent(err):
+				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
+				return
+			}
+			// LOADING, BUSY, MOVED, TRYAGAIN: another server, or the same
+			// one later.
+			lc.close()
+			lc = nil
+			t.Reset(pause)
+			continue
+		}
+		switch v := rs[0].v.(type) {
+		case string:
+			l.lose(fmt.Errorf("%w: the renewal sent at %s found the key holding %q, not %q", ErrTakenOver, clock(sent), v, l.value))
+			return
+		case int64:
+			if v == 0 {
+				l.lose(fmt.Errorf("%w: the renewal sent at %s found no key", ErrDeleted, clock(sent)))
+				return
+			}
+		}
+		l.deadline.apply(sent)
+		if l.need > 0 {
+			acked, _ := rs[1].v.(int64)
+			if rs[1].err != nil || acked < int64(l.need) {
+				// Only the primary has it: the replica promoted in its
+				// place would expire the key at the last confirmed
+				// write's expiry.
+				t.Reset(pause)
+				continue
+			}
+		}
+		l.deadline.confirm(sent)
+		t.Reset(time.Until(sent.Add(l.cfg.RenewPeriod)))
+	}
+}

@@ -1,0 +1,71 @@
+package redislease
+
+// The lease's value in its key is "id:token": id, random, names this lease,
+// token its fencing token.
+
+// grantScript takes the key if it is free: it counts the next token and
+// writes the key with its expiry in one atomic step, so no holder can have
+// a token without the key or the key without a token. A key that holds
+// this lease's id already (a grant whose answer was lost) has its expiry
+// set again. It returns {1, token} when the key is this lease's, or {0,
+// the key's PTTL}.
+//
+// A counter that does not exist, the first ever or one erased with the
+// data (FLUSHALL, a primary restarted without persistence), starts at the
+// server's clock in microseconds rather than at 1, so that a token counted
+// after the erasure is still larger than every token counted before it:
+// the old counter started at its own server's clock and grew by one a
+// grant, and a grant takes more than a microsecond. This assumes that a
+// server whose data was erased does not run its clock behind the clock of
+// the server that started the erased counter by more than the grants
+// counted since (the README's "The token"). Tokens stay below 2^53, so the
+// script's Lua numbers hold them exactly; they are written with %d, since
+// Lua's own conversion of such a number to a string uses an exponent.
+//
+// KEYS[1] the key, KEYS[2] its token counter; ARGV[1] the id, ARGV[2] the
+// TTL in milliseconds.
+const grantScript = `
+local v = redis.call('GET', KEYS[1])
+if v then
+  local p = string.find(v, ':', 1, true)
+  if p and string.sub(v, 1, p - 1) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, tonumber(string.sub(v, p + 1))}
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local t = redis.call('INCR', KEYS[2])
+if t == 1 then
+  local now = redis.call('TIME')
+  t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('SET', KEYS[2], string.format('%d', t))
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', t), 'PX', ARGV[2])
+return {1, t}
+`
+
+// renewScript sets the key's expiry again if it still holds this lease's
+// value: it returns 1, or 0 if the key is gone, or the value it holds.
+//
+// KEYS[1] the key; ARGV[1] the lease's value, ARGV[2] the TTL in
+// milliseconds.
+const renewScript = `
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if v then return v end
+return 0
+`
+
+// unlockScript deletes the key if it still holds this lease's value, and
+// returns how many keys it deleted.
+//
+// KEYS[1] the key; ARGV[1] the lease's value.
+const unlockScript = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`

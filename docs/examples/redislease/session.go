@@ -1,0 +1,108 @@
+package redislease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// endpoint finds the server a lease's key lives on and dials connections to
+// it that the lease owns. It reads the caller's client only for its
+// options (address, dialer, credentials, database) and, on a Cluster, for
+// the node that serves the key's slot: no command of the lease runs on the
+// caller's connections.
+type endpoint struct {
+	rdb     redis.UniversalClient
+	key     string
+	cluster *redis.ClusterClient // nil unless rdb is one
+	// bound bounds a dial and its handshake: a server that accepts a
+	// connection but does not answer (paused, its backlog still taking
+	// connections) is left for the next dial, which may find another.
+	bound time.Duration
+}
+
+// newEndpoint checks that rdb is a client the lease can work with.
+func newEndpoint(rdb redis.UniversalClient, key string, bound time.Duration) (*endpoint, error) {
+	if rdb == nil {
+		return nil, errors.New("nil client")
+	}
+	if v := reflect.ValueOf(rdb); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("nil %T client", rdb)
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return &endpoint{rdb: rdb, key: key, bound: bound}, nil
+	case *redis.ClusterClient:
+		return &endpoint{rdb: rdb, key: key, cluster: c, bound: bound}, nil
+	}
+	return nil, fmt.Errorf("a %T is not supported: pass a *redis.Client (redis.NewClient, or redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient", rdb)
+}
+
+// dial opens a connection of the lease's own to the primary of the key.
+func (e *endpoint) dial(ctx context.Context, reload bool) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.bound)
+	defer cancel()
+	opt, err := e.options(ctx, reload)
+	if err != nil {
+		return nil, err
+	}
+	cred, err := credentialsOf(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	dialer := opt.Dialer
+	if dialer == nil {
+		dialer = redis.NewDialer(opt)
+	}
+	network := opt.Network
+	if network == "" {
+		network = "tcp"
+	}
+	dial := func(ctx context.Context) (net.Conn, error) {
+		if opt.DialTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, opt.DialTimeout)
+			defer cancel()
+		}
+		return dialer(ctx, network, opt.Addr)
+	}
+	return dialConn(ctx, dial, cred, opt.DB)
+}
+
+// options returns the options of the client that serves the key: rdb's own,
+// or those of the Cluster node that holds the key's slot (after reloading
+// the slots, if reload).
+func (e *endpoint) options(ctx context.Context, reload bool) (*redis.Options, error) {
+	if e.cluster == nil {
+		return e.rdb.(*redis.Client).Options(), nil
+	}
+	if reload {
+		e.cluster.ReloadState(ctx)
+	}
+	node, err := e.cluster.MasterForKey(ctx, e.key)
+	if err != nil {
+		return nil, fmt.Errorf("the Cluster node of the key's slot: %w", err)
+	}
+	return node.Options(), nil
+}
+
+// credentialsOf returns the user and password the client authenticates with.
+func credentialsOf(ctx context.Context, opt *redis.Options) (credentials, error) {
+	switch {
+	case opt.CredentialsProviderContext != nil:
+		u, p, err := opt.CredentialsProviderContext(ctx)
+		if err != nil {
+			return credentials{}, fmt.Errorf("credentials: %w", err)
+		}
+		return credentials{u, p}, nil
+	case opt.CredentialsProvider != nil:
+		u, p := opt.CredentialsProvider()
+		return credentials{u, p}, nil
+	}
+	return credentials{opt.Username, opt.Password}, nil
+}

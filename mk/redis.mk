@@ -1,0 +1,70 @@
+# The Redis issuer, in docs/examples/redislease, a module of its own so that
+# the library never depends on a Redis client. Its tests, its demo and its
+# fault trials start real servers from the binaries of the Debian packages
+# redis-server and redis-sentinel (Redis 7.0): standalone primaries, and
+# groups of a primary, two replicas and three Sentinels, each on free
+# loopback ports in a temporary folder. redis-deps installs the packages
+# when they are missing and the targets run as root with apt-get, and fails
+# naming them otherwise. No target is part of `make test`: .ci/run calls
+# `make e2e` after it.
+
+REDIS_EXAMPLE  := docs/examples/redislease
+REDIS_SERVER   ?= /usr/bin/redis-server
+REDIS_SENTINEL ?= /usr/bin/redis-sentinel
+
+.PHONY: redis-deps e2e-redis faults-redis demo-redis lint-redis
+
+E2E_STEPS    += e2e-redis
+FAULTS_STEPS += faults-redis
+
+# REDIS_FAULT_TRIALS is how many times faults-redis runs each fault.
+REDIS_FAULT_TRIALS ?= 30
+
+REDIS_ENV = REDIS_SERVER=$(REDIS_SERVER) REDIS_SENTINEL=$(REDIS_SENTINEL)
+
+## redis-deps: check that redis-server and redis-sentinel are at
+## REDIS_SERVER and REDIS_SENTINEL; install the Debian packages redis-server
+## and redis-sentinel with apt-get for what is missing if we are root, and
+## fail naming the package otherwise.
+redis-deps:
+	@missing=; \
+	[ -x "$(REDIS_SERVER)" ] || missing="$$missing redis-server"; \
+	[ -x "$(REDIS_SENTINEL)" ] || missing="$$missing redis-sentinel"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing || exit 1; \
+	fi; \
+	if [ ! -x "$(REDIS_SERVER)" ]; then \
+		echo "redis-deps: $(REDIS_SERVER) not found: install the Debian package redis-server (apt-get install redis-server), or set REDIS_SERVER to its path" >&2; \
+		exit 1; \
+	fi; \
+	if [ ! -x "$(REDIS_SENTINEL)" ]; then \
+		echo "redis-deps: $(REDIS_SENTINEL) not found: install the Debian package redis-sentinel (apt-get install redis-sentinel), or set REDIS_SENTINEL to its path" >&2; \
+		exit 1; \
+	fi
+
+## e2e-redis: vet the Redis example and run its tests against real servers,
+## under the race detector: 3 trials of each fault with redsync's Mutex
+## beside the holder, three holders over 100 rounds, the demo.
+e2e-redis: redis-deps
+	cd $(REDIS_EXAMPLE) && $(GO) vet ./... && $(REDIS_ENV) $(GO) test -race -count=1 -timeout 15m ./...
+
+## faults-redis: run each fault of the Redis issuer REDIS_FAULT_TRIALS times
+## (30), with redsync's Mutex beside the holder, without the race detector,
+## whose slowness is not the lease's; write the table into the example's
+## README.
+faults-redis: redis-deps
+	cd $(REDIS_EXAMPLE) && $(REDIS_ENV) $(GO) test -count=1 -timeout 90m -v -run '^(TestFaults|TestMutualExclusion)$$' . \
+		-faults.trials=$(REDIS_FAULT_TRIALS) -faults.readme=README.md -faults.command='make faults-redis'
+
+## demo-redis: two holders contend for one key on a real redis-server; an
+## operator deletes it under the first, which is told at once with the
+## cause; the second takes over with a larger fencing token; then a
+## Sentinel failover; prints the timeline.
+demo-redis: redis-deps
+	cd $(REDIS_EXAMPLE) && $(REDIS_ENV) $(GO) run ./demo
+
+lint: lint-redis
+
+## lint-redis: go vet and staticcheck over the Redis example's module.
+lint-redis:
+	cd $(REDIS_EXAMPLE) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
