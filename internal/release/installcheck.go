@@ -138,6 +138,11 @@ func installCheck(root string) error {
 		"GONOSUMDB="+mods[0].Path,
 		"GOFLAGS=-mod=mod -modcacherw",
 		"GOWORK=off",
+		// The go command keeps an index of each module in the module
+		// cache, keyed by its folder alone, since a version's files never
+		// change there; this check repackages the same version with new
+		// files, and the index would list the imports of the files before.
+		"GODEBUG=goindex=0",
 	)
 	rootMod := mods[0]
 	for i, p := range mods {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -193,5 +194,33 @@ func TestAPICheckNamesABreak(t *testing.T) {
 	}
 	if err := apiCheck(root, false); err != nil {
 		t.Fatalf("apicheck after the record was updated = %v, want nil", err)
+	}
+}
+
+// TestInstallCheckSeesNewFiles runs the install check twice on a module
+// whose files change in between at the same version, as they do from one
+// commit to the next: the second run must build the new files, not what the
+// go command remembers of the version's folder from the first.
+func TestInstallCheckSeesNewFiles(t *testing.T) {
+	out, err := exec.Command("go", "env", "GOCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOCACHE", strings.TrimSpace(string(out)))
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the check's own module cache
+	root := repo(t, map[string]string{
+		"go.mod":       rootMod,
+		"versions.txt": ". v0.1.0\n",
+		"a/a.go":       "package a\n\nimport \"strings\"\n\nfunc F(s string) bool { return strings.HasPrefix(s, \"a\") }\n",
+	})
+	if err := installCheck(root); err != nil {
+		t.Fatalf("install check: %v", err)
+	}
+	a := "package a\n\nimport \"unicode/utf8\"\n\nfunc F(s string) bool { return utf8.ValidString(s) }\n"
+	if err := os.WriteFile(filepath.Join(root, "a", "a.go"), []byte(a), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := installCheck(root); err != nil {
+		t.Fatalf("install check after a change: %v", err)
 	}
 }
