@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,11 +24,21 @@ func TestLockWritesKeyAndToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(v, ":1") {
-		t.Errorf("the key holds %q, want a value ending in the token :1", v)
+	// The first grant of a key starts its counter at the server's clock in
+	// microseconds.
+	tm, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if l.Token() != 1 {
-		t.Errorf("Token() = %d, want 1", l.Token())
+	if now := tm.UnixMicro(); l.Token() <= 0 || l.Token() > now || now-l.Token() > time.Minute.Microseconds() {
+		t.Errorf("Token() = %d, want the server's clock in microseconds when it granted the key, a little before %d", l.Token(), now)
+	}
+	if want := ":" + strconv.FormatInt(l.Token(), 10); !strings.HasSuffix(v, want) {
+		t.Errorf("the key holds %q, want a value ending in the token %s", v, want)
+	}
+	counter, err := rdb.Get(t.Context(), "{"+key+"}:redislease-token").Int64()
+	if err != nil || counter != l.Token() {
+		t.Errorf("the token counter = %d, %v; want Token() %d", counter, err, l.Token())
 	}
 	ttl, err := rdb.PTTL(t.Context(), key).Result()
 	if err != nil || ttl <= 0 || ttl > short.TTL {
