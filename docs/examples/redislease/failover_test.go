@@ -21,7 +21,7 @@ func TestDemotedPrimary(t *testing.T) {
 	key := keyName(t)
 	a := mustLock(t, short, client(t, s1.Addr()), key)
 	host, port, _ := strings.Cut(s2.Addr(), ":")
-	if err := client(t, s1.Addr()).SlaveOf(t.Context(), host, port).Err(); err != nil {
+	if err := client(t, s1.Addr()).ReplicaOf(t.Context(), host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
 	demoted := time.Now()
