@@ -569,7 +569,14 @@ func (l *Lease) context() context.Context {
 			}
 			return l.shardContext(sh)
 		}
-		if lc := r.ctx.load(); lc != nil && lc.p == procHint() {
+		// The registry's own context is taken only from a live lease: a
+		// registry made during a loss, by a registration that found the
+		// lease live under the mutex after a Lose that found no registry,
+		// is in regs until that registration takes it off, and its context
+		// is live until then, after that Lose returned. The slow path
+		// waits for the mutex and finds the loss. A set is only ever on a
+		// registry that the Lose takes off itself (see lockShard).
+		if lc := r.ctx.load(); lc != nil && lc.p == procHint() && l.state.load() == stateLive {
 			return lc.ctx
 		}
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"testing"
@@ -117,5 +118,47 @@ func BenchmarkProcHint(b *testing.B) {
 	}
 	if n < 0 {
 		b.Fatal("a negative P")
+	}
+}
+
+// TestContextAfterLossNotFromRegistryBeingTakenOff: a registration that
+// found the lease live under the mutex, and made the registry and its lease
+// context after a Lose that found no registry had returned, holds the mutex
+// until it takes that registry off again and cancels the context. A Context
+// made from Background meanwhile, after that Lose returned, must not become
+// a child of that lease context while it is still live: it comes after the
+// loss and is done when it is returned, as a context.WithCancel of a
+// cancelled parent is. The registration is played step by step here, as
+// context and unlockRegistered make it, on one P, so that the lease context
+// is the caller's core's.
+func TestContextAfterLossNotFromRegistryBeingTakenOff(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	l := New("orders")
+	cause := errors.New("the coordinator refused the claim")
+
+	// The registration found the lease live under the mutex...
+	l.mu.Lock()
+	// ...then the loss came, with nothing registered yet...
+	if !l.Lose(cause) {
+		t.Fatal("Lose of a live lease = false")
+	}
+	// ...and the registration made the registry and its lease context.
+	r, made := l.registry()
+	lc := r.leaseContext()
+	l.mu.Unlock() // released here so that a correct Context can take the mutex and see the loss
+
+	ctx, cancel := l.WithCancel(context.Background())
+	defer cancel()
+	if ctx.Err() == nil {
+		t.Errorf("Context(Background) after Lose returned: Err() = nil, want the loss")
+	}
+
+	// The registration ends as unlockRegistered ends it.
+	l.mu.Lock()
+	if !l.unlockRegistered(made) {
+		t.Fatal("unlockRegistered after a loss = false, want true")
+	}
+	if !errors.Is(context.Cause(lc.ctx), cause) {
+		t.Errorf("the registration's lease context: Cause() = %v, want the loss", context.Cause(lc.ctx))
 	}
 }
