@@ -269,10 +269,30 @@ func writeCommand(w *bufio.Writer, args []any) {
 	}
 }
 
+// Limits on what readValue accepts, so that a broken or hostile server fails
+// the connection instead of making its reader allocate what the server
+// says, or recurse without end, either of which ends the process. No reply
+// the lease reads comes near them: maxBulk is Redis's own largest
+// proto-max-bulk-len, a value another client may have written to the key;
+// the longest aggregate is HELLO's map, the deepest ROLE's list of replicas.
+const (
+	maxBulk      = 512 << 20
+	maxAggregate = 1 << 20
+	maxDepth     = 16
+)
+
 // readValue reads one RESP3 value: a string, an int64, nil, a bool, a
 // []any (arrays, sets, and maps as a flat list of keys and values) or a
 // *serverError. push reports a push frame.
 func readValue(rd *bufio.Reader) (v any, push bool, err error) {
+	return readNested(rd, 0)
+}
+
+// readNested reads one value at depth aggregates deep.
+func readNested(rd *bufio.Reader, depth int) (v any, push bool, err error) {
+	if depth > maxDepth {
+		return nil, false, fmt.Errorf("resp: a reply nested more than %d deep", maxDepth)
+	}
 	line, err := readLine(rd)
 	if err != nil {
 		return nil, false, err
@@ -303,6 +323,9 @@ func readValue(rd *bufio.Reader) (v any, push bool, err error) {
 		if n < 0 {
 			return nil, false, nil
 		}
+		if n > maxBulk {
+			return nil, false, fmt.Errorf("resp: a string of %d bytes, more than %d", n, maxBulk)
+		}
 		b := make([]byte, n+2)
 		if _, err := io.ReadFull(rd, b); err != nil {
 			return nil, false, err
@@ -325,18 +348,21 @@ func readValue(rd *bufio.Reader) (v any, push bool, err error) {
 		if n < 0 {
 			return nil, false, nil
 		}
+		if n > maxAggregate {
+			return nil, false, fmt.Errorf("resp: an aggregate of %d elements, more than %d", n, maxAggregate)
+		}
 		if line[0] == '%' || line[0] == '|' {
 			n *= 2
 		}
 		l := make([]any, n)
 		for i := range l {
-			if l[i], _, err = readValue(rd); err != nil {
+			if l[i], _, err = readNested(rd, depth+1); err != nil {
 				return nil, false, err
 			}
 		}
 		if line[0] == '|' {
 			// Attributes precede the value they describe: skip them.
-			return readValue(rd)
+			return readNested(rd, depth)
 		}
 		return l, line[0] == '>', nil
 	}
