@@ -44,6 +44,21 @@ func perGoroutine() (next func() *signal.Signal, end func()) {
 	return next, end
 }
 
+// onLeaseAndLimit runs run on one lease that every goroutine shares
+// (impl=lease) and on a lease per goroutine (impl=limit).
+func onLeaseAndLimit(b *testing.B, run func(*testing.B, func() *signal.Signal)) {
+	b.Run("impl=lease", func(b *testing.B) {
+		c := controller.New("bench")
+		defer c.End()
+		run(b, c.Signal)
+	})
+	b.Run("impl=limit", func(b *testing.B) {
+		next, end := perGoroutine()
+		defer end()
+		run(b, next)
+	})
+}
+
 // ScaleContextRequest: sig.Context(req) and its cancel, each goroutine a
 // request that outlives its calls. The context way:
 // context.WithCancelCause(req) and context.AfterFunc on the lease's context.
@@ -63,16 +78,7 @@ func BenchmarkScaleContextRequest(b *testing.B) {
 			}
 		})
 	}
-	b.Run("impl=lease", func(b *testing.B) {
-		c := controller.New("bench")
-		defer c.End()
-		run(b, c.Signal)
-	})
-	b.Run("impl=limit", func(b *testing.B) {
-		next, end := perGoroutine()
-		defer end()
-		run(b, next)
-	})
+	onLeaseAndLimit(b, run)
 	b.Run("impl=context", func(b *testing.B) {
 		b.ReportAllocs()
 		sig, cancelSig := context.WithCancelCause(context.Background())
@@ -109,16 +115,7 @@ func BenchmarkScaleContextBackground(b *testing.B) {
 			}
 		})
 	}
-	b.Run("impl=lease", func(b *testing.B) {
-		c := controller.New("bench")
-		defer c.End()
-		run(b, c.Signal)
-	})
-	b.Run("impl=limit", func(b *testing.B) {
-		next, end := perGoroutine()
-		defer end()
-		run(b, next)
-	})
+	onLeaseAndLimit(b, run)
 	b.Run("impl=context", func(b *testing.B) {
 		b.ReportAllocs()
 		leaseCtx, cancelLease := context.WithCancelCause(context.Background())
@@ -150,16 +147,7 @@ func BenchmarkScaleAfterLoss(b *testing.B) {
 			}
 		})
 	}
-	b.Run("impl=lease", func(b *testing.B) {
-		c := controller.New("bench")
-		defer c.End()
-		run(b, c.Signal)
-	})
-	b.Run("impl=limit", func(b *testing.B) {
-		next, end := perGoroutine()
-		defer end()
-		run(b, next)
-	})
+	onLeaseAndLimit(b, run)
 	b.Run("impl=context", func(b *testing.B) {
 		b.ReportAllocs()
 		leaseCtx, cancelLease := context.WithCancelCause(context.Background())
@@ -188,16 +176,7 @@ func BenchmarkScaleErrLive(b *testing.B) {
 			}
 		})
 	}
-	b.Run("impl=lease", func(b *testing.B) {
-		c := controller.New("bench")
-		defer c.End()
-		run(b, c.Signal)
-	})
-	b.Run("impl=limit", func(b *testing.B) {
-		next, end := perGoroutine()
-		defer end()
-		run(b, next)
-	})
+	onLeaseAndLimit(b, run)
 	b.Run("impl=context", func(b *testing.B) {
 		b.ReportAllocs()
 		ctx, cancel := context.WithCancelCause(context.Background())
