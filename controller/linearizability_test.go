@@ -447,12 +447,25 @@ func checkHistory(m porcupine.Model, history []porcupine.Operation) (ok bool, vi
 
 // TestLinearizable records concurrent histories of Lose, End, Err, Done,
 // AfterLoss and stop on one lease and checks each against the model.
-func TestLinearizable(t *testing.T) {
+func TestLinearizable(t *testing.T) { checkLinearizable(t, script) }
+
+// TestLinearizableContexts records concurrent histories as TestLinearizable
+// does, where half the registrations are contexts made by Signal.Context
+// from Background or from a request's context, and half the stops their
+// cancels, on leases with and without the registry's set of shards: a
+// context the holder never cancels is cancelled with the very error Err
+// returns exactly when the model has its registration started by the loss.
+func TestLinearizableContexts(t *testing.T) { checkLinearizable(t, scriptContexts) }
+
+// checkLinearizable records -lin.histories histories of the clients that
+// makeScript writes, every other one on a lease whose registry is spread
+// over shards, and checks each against the model.
+func checkLinearizable(t *testing.T, makeScript func(*rand.Rand) [][]linOp) {
 	seed := rand.Uint64()
 	r := rand.New(rand.NewPCG(seed, 0))
 	overlapping := 0
 	for h := range *linHistories {
-		clients := script(r)
+		clients := makeScript(r)
 		l := newRealLease("orders")
 		if h%2 == 1 {
 			controller.Spread(l.Controller)
@@ -474,40 +487,6 @@ func TestLinearizable(t *testing.T) {
 	}
 	// How many histories had calls of two clients in flight at once: a
 	// figure of how hard the run pressed, not a condition of passing.
-	t.Logf("%d histories linearizable, %d with overlapping calls (seed %d)", *linHistories, overlapping, seed)
-}
-
-// TestLinearizableContexts records concurrent histories as TestLinearizable
-// does, where half the registrations are contexts made by Signal.Context
-// from Background or from a request's context, and half the stops their
-// cancels, on leases with and without the registry's set of shards: a
-// context the holder never cancels is cancelled with the very error Err
-// returns exactly when the model has its registration started by the loss.
-func TestLinearizableContexts(t *testing.T) {
-	seed := rand.Uint64()
-	r := rand.New(rand.NewPCG(seed, 0))
-	overlapping := 0
-	for h := range *linHistories {
-		clients := scriptContexts(r)
-		l := newRealLease("orders")
-		if h%2 == 1 {
-			controller.Spread(l.Controller)
-		}
-		history, err := record(l, clients)
-		if err != nil {
-			t.Fatalf("history %d (seed %d): %v", h, seed, err)
-		}
-		ok, vis, err := checkHistory(linModel, history)
-		if err != nil {
-			t.Fatalf("history %d (seed %d) is not linearizable; writing the visualization: %v", h, seed, err)
-		}
-		if !ok {
-			t.Fatalf("history %d (seed %d) is not linearizable; see %s", h, seed, vis)
-		}
-		if concurrent(history) {
-			overlapping++
-		}
-	}
 	t.Logf("%d histories linearizable, %d with overlapping calls (seed %d)", *linHistories, overlapping, seed)
 }
 
