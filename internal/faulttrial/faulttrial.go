@@ -391,19 +391,20 @@ func Machine() string {
 	return fmt.Sprintf("%s, %d cores, %s/%s, %s", model, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 }
 
-const (
-	begin = "<!-- faults:begin -->"
-	end   = "<!-- faults:end -->"
-)
-
 // WriteTable replaces the text between the lines "<!-- faults:begin -->"
 // and "<!-- faults:end -->" of the file readme with table.
-func WriteTable(readme, table string) error {
+func WriteTable(readme, table string) error { return WriteSection(readme, "faults", table) }
+
+// WriteSection replaces the text between the lines "<!-- name:begin -->"
+// and "<!-- name:end -->" of the file readme with table, so that one README
+// can hold several tables a test writes.
+func WriteSection(readme, name, table string) error {
 	b, err := os.ReadFile(readme)
 	if err != nil {
 		return fmt.Errorf("faulttrial: %w", err)
 	}
 	s := string(b)
+	begin, end := "<!-- "+name+":begin -->", "<!-- "+name+":end -->"
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i {
 		return fmt.Errorf("faulttrial: %s has no %q line followed by a %q line", readme, begin, end)

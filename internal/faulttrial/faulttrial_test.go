@@ -216,6 +216,22 @@ func TestWriteTable(t *testing.T) {
 	}
 }
 
+func TestWriteSectionLeavesOtherSections(t *testing.T) {
+	readme := filepath.Join(t.TempDir(), "README.md")
+	const before = "<!-- faults:begin -->\nf\n<!-- faults:end -->\n<!-- sequences:begin -->\ns\n<!-- sequences:end -->\n"
+	if err := os.WriteFile(readme, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := faulttrial.WriteSection(readme, "sequences", "| new |"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(readme)
+	const want = "<!-- faults:begin -->\nf\n<!-- faults:end -->\n<!-- sequences:begin -->\n| new |\n<!-- sequences:end -->\n"
+	if string(got) != want {
+		t.Errorf("README after WriteSection =\n%q\nwant\n%q", got, want)
+	}
+}
+
 func TestStamp(t *testing.T) {
 	done := make(chan struct{})
 	s := faulttrial.StampWhen(done)
