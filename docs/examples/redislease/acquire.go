@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -44,14 +45,24 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 	first := true // a failure of the first attempt is a mistake
 	sent := false // a grant script was sent: the key may be this lease's
 	pause := retryPause / 10
+	var last error // what kept the last attempt from a grant, for a Lock cut by ctx
 	fail := func(e error) error {
 		if sent {
 			c.giveUp(ep, key, id)
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			// A read or dial bounded by ctx's deadline may time out a
+			// moment before ctx reports it: report ctx's error all the
+			// same.
+			<-ctx.Done()
 		}
-		return e
+		if ctx.Err() == nil {
+			return e
+		}
+		if last != nil {
+			return fmt.Errorf("%w (the last attempt: %w)", ctx.Err(), last)
+		}
+		return ctx.Err()
 	}
 	backoff := func() {
 		sleep(ctx, pause)
@@ -76,16 +87,35 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 				if first || permanent(e) || ctx.Err() != nil {
 					return g, fail(e)
 				}
+				last = e
 				backoff()
 				continue
 			}
+		}
+		if lc.addr() != fc.addr() {
+			// Dialed on either side of a failover: the key must be
+			// tracked on the server that grants it.
+			last = fmt.Errorf("the lease's two connections reached %s and %s", lc.addr(), fc.addr())
+			lc, fc = dropDead(lc, true), dropDead(fc, true)
+			first = false
+			backoff()
+			continue
 		}
 		// An attempt is bounded, so that a server that stopped answering
 		// (paused, or cut off) is left for another, as Sentinel or Cluster
 		// names it: a round trip slower than the TTL could not hold the
 		// lease anyway.
 		actx, cancel := context.WithTimeout(ctx, c.TTL)
-		need, e := c.replicas(actx, lc)
+		need, e := c.replicas(actx, lc, ep.sentinel)
+		if errors.Is(e, errUnsettled) {
+			// The server answered as a primary should: no mistake, and
+			// nothing to dial again.
+			cancel()
+			first = false
+			last = e
+			backoff()
+			continue
+		}
 		var rs []reply
 		var at time.Time
 		if e == nil {
@@ -120,6 +150,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 			// any more: dial again (a Sentinel or Cluster client finds
 			// the new one).
 			lc, fc = dropDead(lc, !isServerError(e) || code(e) == "READONLY" || code(e) == "MOVED"), dropDead(fc, false)
+			last = e
 			backoff()
 			continue
 		}
@@ -136,6 +167,20 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 					// Taken on the primary, not yet on enough replicas:
 					// not a grant until they have it. The next attempt
 					// sets the expiry again.
+					last = fmt.Errorf("the key was taken on %s, but WAIT counted %d of the %d replicas it needs", lc.addr(), acked, need)
+					backoff()
+					continue
+				}
+			}
+			if ep.sentinel {
+				// Asked after the grant was confirmed: a primary that
+				// Sentinel replaced before then is not named any more.
+				if e := ep.checkPrimary(ctx, lc.addr()); e != nil {
+					// Not a grant. The next attempt dials the primary
+					// Sentinel names; if that is this one after all, it
+					// finds the key this lease's and grants it again.
+					last = e
+					lc, fc = dropDead(lc, true), dropDead(fc, true)
 					backoff()
 					continue
 				}
@@ -183,17 +228,51 @@ func dropDead(cn *conn, force bool) *conn {
 	return cn
 }
 
+// errUnsettled reports a primary behind Sentinel none of whose replicas
+// has followed it for the TTL yet (see Config.replicas).
+var errUnsettled = errors.New("no replica has followed the primary for the TTL yet")
+
 // replicas returns how many replicas must acknowledge the lease's writes:
-// c.Replicas, or every replica the primary lists as connected.
-func (c Config) replicas(ctx context.Context, lc *conn) (int, error) {
-	if c.Replicas > 0 {
+// c.Replicas, or every replica the primary lists as connected, and at
+// least one behind Sentinel. Behind Sentinel, it returns errUnsettled
+// until one of them has followed the primary for the TTL.
+//
+// Both rules stop a primary that Sentinel replaced while it was paused or
+// cut off, and that believes itself the primary once it is back, from
+// granting a key that the new primary grants too:
+//
+//   - its replicas follow the new primary, so it lists none: a grant there
+//     would be confirmed by none (a primary that truly lost every replica
+//     looks the same, and no failover could replace it anyway);
+//   - a replica that Sentinel has not yet moved to the new primary still
+//     follows it, and may confirm a grant there, which is then held until
+//     its deadline, a TTL after it was sent at the most; once moved, the
+//     replica could at once confirm a grant on the new primary. A grant
+//     there waits until one of its replicas has followed it for the TTL,
+//     past every deadline of a grant that replica confirmed for the old
+//     one.
+//
+// CLIENT LIST tells how long each replica has been connected, in whole
+// seconds.
+func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, error) {
+	if c.Replicas > 0 && !sentinel {
 		return c.Replicas, nil
 	}
-	v, err := lc.do(ctx, "ROLE")
-	if err != nil {
-		return 0, fmt.Errorf("ROLE (set Config.Replicas to do without it): %w", err)
+	cmds := [][]any{{"ROLE"}}
+	if sentinel {
+		cmds = append(cmds, []any{"CLIENT", "LIST", "TYPE", "replica"})
 	}
-	l, _ := v.([]any)
+	rs, err := lc.pipe(ctx, cmds...)
+	if err == nil && rs[0].err != nil {
+		err = fmt.Errorf("ROLE (set Config.Replicas to do without it, but behind Sentinel): %w", rs[0].err)
+	}
+	if err == nil && sentinel && rs[1].err != nil {
+		err = fmt.Errorf("CLIENT LIST (behind Sentinel, the lease reads how long each replica has followed the primary): %w", rs[1].err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	l, _ := rs[0].v.([]any)
 	if len(l) < 3 || l[0] != "master" {
 		role := "unknown"
 		if len(l) > 0 {
@@ -202,7 +281,30 @@ func (c Config) replicas(ctx context.Context, lc *conn) (int, error) {
 		return 0, &serverError{msg: fmt.Sprintf("READONLY the server is not a primary: a replica's address? (ROLE says %s)", role)}
 	}
 	reps, _ := l[2].([]any)
-	return len(reps), nil
+	need := len(reps)
+	if c.Replicas > 0 {
+		need = c.Replicas
+	}
+	if !sentinel {
+		return need, nil
+	}
+	list, _ := rs[1].v.(string)
+	settle := int((c.TTL + time.Second - 1) / time.Second) // whole seconds, as CLIENT LIST counts
+	settled, ages := 0, []string{}
+	for line := range strings.Lines(list) {
+		for field := range strings.FieldsSeq(line) {
+			if age, ok := strings.CutPrefix(field, "age="); ok {
+				ages = append(ages, age)
+				if n, err := strconv.Atoi(age); err == nil && n >= settle {
+					settled++
+				}
+			}
+		}
+	}
+	if settled == 0 {
+		return 0, fmt.Errorf("%w: %s lists %d replicas, connected for %s s (%d s needed)", errUnsettled, lc.addr(), len(reps), strings.Join(ages, ", "), settle)
+	}
+	return max(need, 1), nil
 }
 
 // giveUpTimeout bounds the release of a key that a Lock cut by its context

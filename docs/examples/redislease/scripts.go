@@ -10,37 +10,52 @@ package redislease
 // set again. It returns {1, token} when the key is this lease's, or {0,
 // the key's PTTL}.
 //
-// A counter that does not exist, the first ever or one erased with the
-// data (FLUSHALL, a primary restarted without persistence), starts at the
-// server's clock in microseconds rather than at 1, so that a token counted
-// after the erasure is still larger than every token counted before it:
-// the old counter started at its own server's clock and grew by one a
-// grant, and a grant takes more than a microsecond. This assumes that a
-// server whose data was erased does not run its clock behind the clock of
-// the server that started the erased counter by more than the grants
-// counted since (the README's "The token"). Tokens stay below 2^53, so the
-// script's Lua numbers hold them exactly; they are written with %d, since
-// Lua's own conversion of such a number to a string uses an exponent.
+// The token is the counter plus one or the server's clock in
+// microseconds, whichever is larger, and the counter keeps it. So a token
+// is larger than every token counted before it on the same counter; larger
+// than every token counted before a counter was erased with the data
+// (FLUSHALL, a primary restarted without persistence), since those were
+// counted at earlier times; and, where a failover left two primaries that
+// each counted on their own copy of the counter, the later grant has the
+// larger token. This assumes that the servers' clocks agree to within the
+// time between two grants of the key (the README's "The token"). Tokens
+// stay below 2^53, so the script's Lua numbers hold them exactly; they are
+// written with %d, since Lua's own conversion of such a number to a string
+// uses an exponent.
+//
+// TIME runs first and writes nothing: a user whose ACL lacks a command of
+// the script is refused before any write, and call names the command.
 //
 // KEYS[1] the key, KEYS[2] its token counter; ARGV[1] the id, ARGV[2] the
 // TTL in milliseconds.
 const grantScript = `
-local v = redis.call('GET', KEYS[1])
+local function call(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, "can't run this command", 1, true) then
+      r.err = 'NOPERM this user may not run ' .. string.upper((...)) .. ' in the grant script (' .. r.err .. ')'
+    end
+    error(r)
+  end
+  return r
+end
+local now = call('TIME')
+local v = call('GET', KEYS[1])
 if v then
   local p = string.find(v, ':', 1, true)
   if p and string.sub(v, 1, p - 1) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, tonumber(string.sub(v, p + 1))}
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, call('PTTL', KEYS[1])}
 end
-local t = redis.call('INCR', KEYS[2])
-if t == 1 then
-  local now = redis.call('TIME')
-  t = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  redis.call('SET', KEYS[2], string.format('%d', t))
+local t = call('INCR', KEYS[2])
+local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if t < clock then
+  t = clock
+  call('SET', KEYS[2], string.format('%d', t))
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', t), 'PX', ARGV[2])
+call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', t), 'PX', ARGV[2])
 return {1, t}
 `
 

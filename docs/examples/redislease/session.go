@@ -20,6 +20,9 @@ type endpoint struct {
 	rdb     redis.UniversalClient
 	key     string
 	cluster *redis.ClusterClient // nil unless rdb is one
+	// sentinel is set for a Sentinel client (redis.NewFailoverClient):
+	// its dialer asks a Sentinel for the primary's address at every dial.
+	sentinel bool
 	// bound bounds a dial and its handshake: a server that accepts a
 	// connection but does not answer (paused, its backlog still taking
 	// connections) is left for the next dial, which may find another.
@@ -36,7 +39,9 @@ func newEndpoint(rdb redis.UniversalClient, key string, bound time.Duration) (*e
 	}
 	switch c := rdb.(type) {
 	case *redis.Client:
-		return &endpoint{rdb: rdb, key: key, bound: bound}, nil
+		// go-redis names the options of every Sentinel client so.
+		sentinel := c.Options().Addr == "FailoverClient"
+		return &endpoint{rdb: rdb, key: key, sentinel: sentinel, bound: bound}, nil
 	case *redis.ClusterClient:
 		return &endpoint{rdb: rdb, key: key, cluster: c, bound: bound}, nil
 	}
@@ -72,6 +77,30 @@ func (e *endpoint) dial(ctx context.Context, reload bool) (*conn, error) {
 		return dialer(ctx, network, opt.Addr)
 	}
 	return dialConn(ctx, dial, cred, opt.DB)
+}
+
+// checkPrimary asks a Sentinel client's Sentinels which server is the
+// primary now, and returns an error unless it is the one at addr. A primary
+// that Sentinel replaced while it was paused or cut off believes it is still
+// the primary once it is back, until a Sentinel makes it a replica seconds
+// later; its replicas follow the new primary, so it lists none, and a grant
+// there is confirmed by none. Only Sentinel knows.
+func (e *endpoint) checkPrimary(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, e.bound)
+	defer cancel()
+	opt := e.rdb.(*redis.Client).Options()
+	// The dialer asks a Sentinel, then connects to the address it names:
+	// the connection's address is the Sentinel's answer.
+	nc, err := opt.Dialer(ctx, "tcp", opt.Addr)
+	if err != nil {
+		return fmt.Errorf("the primary as Sentinel names it: %w", err)
+	}
+	named := nc.RemoteAddr().String()
+	nc.Close()
+	if named != addr {
+		return fmt.Errorf("Sentinel names %s the primary, not %s, the server that granted the key: a primary replaced while it was paused or cut off", named, addr)
+	}
+	return nil
 }
 
 // options returns the options of the client that serves the key: rdb's own,
