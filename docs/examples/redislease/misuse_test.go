@@ -236,3 +236,77 @@ func own[C interface{ Close() error }](t testing.TB, c C) C {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestMistakeGrantCommandDenied: a user whose ACL lacks a command of the
+// grant script is refused with the command named, and the key is not
+// written; the script runs TIME, GET and INCR before its first write, so
+// a user without one of them leaves no token counter either, and a
+// counter a refused SET left behind still gives a later grant a larger
+// token.
+func TestMistakeGrantCommandDenied(t *testing.T) {
+	srv := redistest.StartServer(t)
+	admin := srv.Client(t)
+	for _, cmd := range []string{"TIME", "GET", "INCR", "SET"} {
+		t.Run(cmd, func(t *testing.T) {
+			user := "no" + strings.ToLower(cmd)
+			if err := admin.Do(t.Context(), "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", "-"+strings.ToLower(cmd)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			key := keyName(t)
+			rdb := own(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "pw"}))
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			l, err := short.Lock(ctx, rdb, key)
+			if err == nil {
+				l.Unlock(context.Background())
+				t.Fatal("Lock = nil error, want NOPERM naming " + cmd)
+			}
+			// GET is refused before the script too, by Redis's own words.
+			if msg := err.Error(); !strings.Contains(msg, "NOPERM") || !strings.Contains(strings.ToUpper(msg), cmd) {
+				t.Errorf("Lock = %v, want NOPERM naming %s", err, cmd)
+			}
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("Lock took %v to fail, want at most 1 s", took)
+			}
+			if n, _ := admin.Exists(t.Context(), key).Result(); n != 0 {
+				t.Error("the key was written")
+			}
+			counter, err := admin.Get(t.Context(), "{"+key+"}:redislease-token").Int64()
+			if cmd != "SET" && !errors.Is(err, redis.Nil) {
+				t.Errorf("the token counter holds %d, %v; want none: nothing written before the refusal", counter, err)
+			}
+			after := mustLock(t, short, admin, key)
+			if after.Token() <= counter {
+				t.Errorf("a later grant's token %d, want more than the counter %d left behind", after.Token(), counter)
+			}
+		})
+	}
+}
+
+// TestMistakeSentinelWithoutClientList: behind Sentinel, the lease reads
+// how long each replica has followed the primary (CLIENT LIST); a user
+// without it is refused at once, with the command named.
+func TestMistakeSentinelWithoutClientList(t *testing.T) {
+	g := redistest.StartGroup(t, 2)
+	if err := g.Primary.Client(t).Do(t.Context(), "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-client|list").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opt := g.FailoverOptions()
+	opt.Username, opt.Password = "app", "pw"
+	rdb := own(t, redis.NewFailoverClient(opt))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := short.Lock(ctx, rdb, keyName(t))
+	if err == nil {
+		l.Unlock(context.Background())
+		t.Fatal("Lock = nil error, want one naming CLIENT LIST")
+	}
+	if !strings.Contains(err.Error(), "CLIENT LIST") || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Lock = %v, want NOPERM naming CLIENT LIST", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Lock took %v to fail, want at most 1 s", took)
+	}
+}
