@@ -72,8 +72,12 @@ type Config struct {
 	// Sentinel or Cluster promotes holds the key with its expiry. Zero
 	// means every replica the primary lists as connected (ROLE) when the
 	// key is granted; a renewal then needs as many acknowledgements as the
-	// grant had. A primary without replicas waits for none. Negative is
-	// refused.
+	// grant had. A primary without replicas waits for none, except behind
+	// Sentinel: there a grant needs one replica at least, and waits until
+	// one of the primary's replicas has followed it for the TTL, so that a
+	// primary Sentinel replaced while it was paused or cut off, back and
+	// still writable, cannot confirm a grant that the new primary gives too
+	// (the README's "The deadline"). Negative is refused.
 	Replicas int
 }
 

@@ -20,7 +20,9 @@
 //     when as many replicas as the grant reached acknowledged it (WAIT), so
 //     that the replica promoted in a failover holds the key with its
 //     expiry (the rule and its clock assumption are stated at
-//     [Config.Margin] and in the README);
+//     [Config.Margin] and in the README); behind Sentinel, a grant also
+//     needs a replica that has followed the primary for the TTL, and a
+//     primary Sentinel still names after the grant (see [Config.Replicas]);
 //   - a renewal finds the key gone or another value in it, or the server
 //     answers as a replica ([ErrFailedOver]), or refuses it for good
 //     ([ErrRefused]).

@@ -61,8 +61,9 @@ type Lease struct {
 // ctx bounds the wait only; a Lock it cuts leaves no goroutine and no key
 // behind. A mistake fails the first attempt and returns at once: a wrong
 // address or password, a missing permission (the lease needs EVAL, WAIT,
-// ROLE, GET, PTTL, CLIENT TRACKING and HELLO), a replica's address, an
-// invalid Config. Later failures are retried until ctx ends. The lease lasts
+// ROLE, GET, PTTL, CLIENT TRACKING and HELLO, and inside its script TIME,
+// INCR, SET and PEXPIRE; behind Sentinel, CLIENT LIST too), a replica's
+// address, an invalid Config. Later failures are retried until ctx ends. The lease lasts
 // until it is lost or [Lease.Unlock] is called; a grant whose answer came
 // after its deadline gives a lease already lost.
 func (c Config) Lock(ctx context.Context, rdb redis.UniversalClient, key string) (*Lease, error) {
@@ -131,10 +132,13 @@ func (l *Lease) Signal() *signal.Signal { return l.ctrl.Signal() }
 // remembers the largest token it accepted and refuses smaller ones refuses a
 // holder that lost its lease, even one whose signal has not told it yet.
 //
-// A counter erased with the data (a FLUSHALL, a primary restarted without
-// persistence) starts again at the server's clock in microseconds, above
-// every token counted before, as long as the servers' clocks agree to within
-// the grants counted (see the README's "The token").
+// A grant's token is the counter plus one or the server's clock in
+// microseconds, whichever is larger: so a counter erased with the data (a
+// FLUSHALL, a primary restarted without persistence) goes on above every
+// token counted before, and of two primaries left by a failover, each
+// counting on its own copy, the later grant has the larger token, as long
+// as the servers' clocks agree to within the time between two grants (see
+// the README's "The token").
 func (l *Lease) Token() int64 { return l.token }
 
 // Unlock releases the lease: it ends the signal first, so that nothing seen
