@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -275,10 +276,19 @@ func writeCommand(w *bufio.Writer, args []any) {
 // the lease reads comes near them: maxBulk is Redis's own largest
 // proto-max-bulk-len, a value another client may have written to the key;
 // the longest aggregate is HELLO's map, the deepest ROLE's list of replicas.
+//
+// maxLine bounds a line (a simple string, an error, a double, a big number,
+// a length), CRLF not counted: it is Redis's own bound on a line it reads
+// (PROTO_INLINE_MAX_SIZE). What a server sends that may be long, such as a
+// key's value, comes as a bulk string, and the errors Redis writes are
+// short (those that quote a command cut it to 128 bytes), so 64 KiB is far
+// above any line the lease reads, while a line that never ends fails the
+// connection after 64 KiB rather than after the 512 MiB of maxBulk.
 const (
 	maxBulk      = 512 << 20
 	maxAggregate = 1 << 20
 	maxDepth     = 16
+	maxLine      = 64 << 10
 )
 
 // readValue reads one RESP3 value: a string, an int64, nil, a bool, a
@@ -300,15 +310,20 @@ func readNested(rd *bufio.Reader, depth int) (v any, push bool, err error) {
 	if len(line) == 0 {
 		return nil, false, errors.New("resp: empty line")
 	}
-	body := string(line[1:])
-	switch line[0] {
+	// line is rd's buffer, which the reads below overwrite: keep its type
+	// and body, not the line.
+	kind, body := line[0], string(line[1:])
+	switch kind {
 	case '+':
 		return body, false, nil
 	case '-':
 		return &serverError{msg: body}, false, nil
 	case ':':
 		n, err := strconv.ParseInt(body, 10, 64)
-		return n, false, err
+		if err != nil {
+			return nil, false, err
+		}
+		return n, false, nil
 	case '_':
 		return nil, false, nil
 	case ',', '(':
@@ -326,12 +341,12 @@ func readNested(rd *bufio.Reader, depth int) (v any, push bool, err error) {
 		if n > maxBulk {
 			return nil, false, fmt.Errorf("resp: a string of %d bytes, more than %d", n, maxBulk)
 		}
-		b := make([]byte, n+2)
-		if _, err := io.ReadFull(rd, b); err != nil {
+		b, err := readFull(rd, n+2)
+		if err != nil {
 			return nil, false, err
 		}
 		s := string(b[:n])
-		switch line[0] {
+		switch kind {
 		case '!':
 			return &serverError{msg: s}, false, nil
 		case '=':
@@ -351,7 +366,7 @@ func readNested(rd *bufio.Reader, depth int) (v any, push bool, err error) {
 		if n > maxAggregate {
 			return nil, false, fmt.Errorf("resp: an aggregate of %d elements, more than %d", n, maxAggregate)
 		}
-		if line[0] == '%' || line[0] == '|' {
+		if kind == '%' || kind == '|' {
 			n *= 2
 		}
 		l := make([]any, n)
@@ -360,17 +375,34 @@ func readNested(rd *bufio.Reader, depth int) (v any, push bool, err error) {
 				return nil, false, err
 			}
 		}
-		if line[0] == '|' {
-			// Attributes precede the value they describe: skip them.
-			return readNested(rd, depth)
+		if kind == '|' {
+			// Attributes precede the value they describe: skip them. The
+			// value counts one deeper, so that attributes in a row stop at
+			// maxDepth as nesting does instead of recursing without end.
+			return readNested(rd, depth+1)
 		}
-		return l, line[0] == '>', nil
+		return l, kind == '>', nil
 	}
-	return nil, false, fmt.Errorf("resp: unknown type %q", line[0])
+	return nil, false, fmt.Errorf("resp: unknown type %q", kind)
 }
 
+// readLine reads one line and takes its CRLF off. A line that fits in rd's
+// buffer, as nearly all do, is returned in that buffer, valid until the next
+// read of rd; a longer one is gathered into a slice of its own, up to
+// maxLine.
 func readLine(rd *bufio.Reader) ([]byte, error) {
 	line, err := rd.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		long := append([]byte(nil), line...)
+		for err == bufio.ErrBufferFull && len(long) <= maxLine+2 {
+			line, err = rd.ReadSlice('\n')
+			long = append(long, line...)
+		}
+		line = long
+	}
+	if len(line) > maxLine+2 {
+		return nil, fmt.Errorf("resp: a line longer than %d bytes", maxLine)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -378,4 +410,25 @@ func readLine(rd *bufio.Reader) ([]byte, error) {
 		return nil, errors.New("resp: a line without CRLF")
 	}
 	return line[:len(line)-2], nil
+}
+
+// readFull reads n bytes. It allocates them as they arrive, doubling from
+// 64 KiB, not at once as the length the server declares: a header of a few
+// bytes cannot make the reader hold maxBulk, only maxBulk bytes sent can.
+func readFull(rd io.Reader, n int) ([]byte, error) {
+	b := make([]byte, 0, min(n, 64<<10))
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(len(b), n-len(b)))
+		}
+		m, err := rd.Read(b[len(b):min(cap(b), n)])
+		b = b[:len(b)+m]
+		if err != nil && len(b) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return b, nil
 }
