@@ -12,7 +12,7 @@ REDIS_EXAMPLE  := docs/examples/redislease
 REDIS_SERVER   ?= /usr/bin/redis-server
 REDIS_SENTINEL ?= /usr/bin/redis-sentinel
 
-.PHONY: redis-deps e2e-redis faults-redis demo-redis lint-redis
+.PHONY: redis-deps e2e-redis faults-redis demo-redis lint-redis fuzz-redis
 
 E2E_STEPS    += e2e-redis
 FAULTS_STEPS += faults-redis
@@ -64,7 +64,14 @@ demo-redis: redis-deps
 	cd $(REDIS_EXAMPLE) && $(REDIS_ENV) $(GO) run ./demo
 
 lint: lint-redis
+fuzz: fuzz-redis
 
 ## lint-redis: go vet and staticcheck over the Redis example's module.
 lint-redis:
 	cd $(REDIS_EXAMPLE) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+
+## fuzz-redis: fuzz the RESP3 reader of the Redis issuer's connections for
+## FUZZTIME. go test -fuzz takes one target of one package a run; the
+## package's TestMain starts a redis-server, hence redis-deps.
+fuzz-redis: redis-deps
+	cd $(REDIS_EXAMPLE) && $(REDIS_ENV) $(GO) test -run='^$$' -fuzz='^FuzzReadValue$$' -fuzztime=$(FUZZTIME) .

@@ -17,7 +17,8 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
-## fuzz: fuzz the lease against its model for FUZZTIME (default 60s).
+## fuzz: fuzz the lease against its model for FUZZTIME (default 60s), after
+## the fuzz targets the issuers' files add (fuzz-redis).
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzLease$$' -fuzztime=$(FUZZTIME) ./controller
 
