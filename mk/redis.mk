@@ -43,18 +43,19 @@ redis-deps:
 	fi
 
 ## e2e-redis: vet the Redis example and run its tests against real servers,
-## under the race detector: 3 trials of each fault with redsync's Mutex
-## beside the holder, three holders over 100 rounds, the demo.
+## under the race detector: 3 trials of each fault and 1 of each sequence of
+## faults with redsync's Mutex beside the holders, three holders over 100
+## rounds, the demo.
 e2e-redis: redis-deps
 	cd $(REDIS_EXAMPLE) && $(GO) vet ./... && $(REDIS_ENV) $(GO) test -race -count=1 -timeout 15m ./...
 
-## faults-redis: run each fault of the Redis issuer REDIS_FAULT_TRIALS times
-## (30), with redsync's Mutex beside the holder, without the race detector,
-## whose slowness is not the lease's; write the table into the example's
-## README.
+## faults-redis: run each fault and each sequence of faults of the Redis
+## issuer REDIS_FAULT_TRIALS times (30), with redsync's Mutex beside the
+## holders, without the race detector, whose slowness is not the lease's;
+## write the tables into the example's README.
 faults-redis: redis-deps
-	cd $(REDIS_EXAMPLE) && $(REDIS_ENV) $(GO) test -count=1 -timeout 90m -v -run '^(TestFaults|TestMutualExclusion)$$' . \
-		-faults.trials=$(REDIS_FAULT_TRIALS) -faults.readme=README.md -faults.command='make faults-redis'
+	cd $(REDIS_EXAMPLE) && $(REDIS_ENV) $(GO) test -count=1 -timeout 150m -v -run '^(TestFaults|TestMutualExclusion|TestSequences)$$' . \
+		-faults.trials=$(REDIS_FAULT_TRIALS) -sequence.trials=$(REDIS_FAULT_TRIALS) -faults.readme=README.md -faults.command='make faults-redis'
 
 ## demo-redis: two holders contend for one key on a real redis-server; an
 ## operator deletes it under the first, which is told at once with the
