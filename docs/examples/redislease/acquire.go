@@ -149,7 +149,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 			// The connection failed, or the server is not the primary
 			// any more: dial again (a Sentinel or Cluster client finds
 			// the new one).
-			lc, fc = dropDead(lc, !isServerError(e) || code(e) == "READONLY" || code(e) == "MOVED"), dropDead(fc, false)
+			lc, fc = dropDead(lc, !isServerError(e) || readOnly(e) || code(e) == "MOVED"), dropDead(fc, false)
 			last = e
 			backoff()
 			continue
@@ -338,6 +338,14 @@ func code(err error) string {
 		return se.code()
 	}
 	return ""
+}
+
+// readOnly reports whether err says the server is a replica: READONLY, or a
+// script's error that carries it, as Redis before 7 wraps it ("ERR Error
+// running script ... -READONLY ...").
+func readOnly(err error) bool {
+	var se *serverError
+	return errors.As(err, &se) && (se.code() == "READONLY" || strings.Contains(se.msg, "-READONLY "))
 }
 
 // permanent reports whether err is a refusal no retry mends: a missing

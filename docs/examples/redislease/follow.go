@@ -37,6 +37,12 @@ func (l *Lease) follow(ctx context.Context, fc *conn) {
 				}
 				if _, err = fc.do(ctx, "CLIENT", "TRACKING", "ON"); err != nil {
 					fc.close()
+					if permanent(err) {
+						// The ACL no longer lets the lease learn of a
+						// change: nothing else would tell it.
+						l.lose(fmt.Errorf("%w: CLIENT TRACKING ON on a reconnection to %s: %w", ErrRefused, fc.addr(), err))
+						return
+					}
 				}
 			}
 			if err != nil {

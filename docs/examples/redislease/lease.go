@@ -35,6 +35,7 @@ type Lease struct {
 	stop     context.CancelFunc // stops renewing and following
 	workers  sync.WaitGroup     // the renewer and the follower
 	deadline deadline
+	lc       *conn // the renewer's last connection, set as it returns unless lost
 
 	once sync.Once
 	err  error // the release's outcome, set once
@@ -144,7 +145,9 @@ func (l *Lease) Token() int64 { return l.token }
 // Unlock releases the lease: it ends the signal first, so that nothing seen
 // afterwards loses it, not even the deletion the release itself makes; it
 // stops renewing and tracking the key; then it deletes the key if the key
-// still holds this lease, so that a waiting Lock is granted at once. A key
+// still holds this lease, so that a waiting Lock is granted at once, on the
+// connection that renewed it (a new one only if that one failed, so that a
+// server at its connection limit does not keep the key). A key
 // that holds another lease is left alone. ctx bounds the release; a lease
 // lost before Unlock stays lost, and its key is deleted all the same if it
 // is still this lease's.
@@ -160,7 +163,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		l.stop()
 		l.workers.Wait()
 		l.deadline.stop()
-		cn, err := l.ep.dial(ctx, true)
+		cn, err := l.lc, error(nil)
+		if cn == nil || dropDead(cn, false) == nil {
+			cn, err = l.ep.dial(ctx, true)
+		}
 		if err == nil {
 			_, err = cn.do(ctx, "EVAL", unlockScript, "1", l.key, l.value)
 			cn.close()

@@ -2,9 +2,12 @@ package redislease_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +46,11 @@ func TestCutLockLeavesNothing(t *testing.T) {
 			if err == nil {
 				l.Unlock(context.Background())
 				continue
+			}
+			// A read or dial that timed out at the context's deadline
+			// must still report the context's error.
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("try %d: Lock = %v, want an error matching context.DeadlineExceeded", i, err)
 			}
 			if n, _ := rdb.Exists(t.Context(), key).Result(); n != 0 {
 				t.Fatalf("try %d: Lock = %v, and the key is left behind", i, err)
@@ -308,5 +316,51 @@ func TestMistakeSentinelWithoutClientList(t *testing.T) {
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("Lock took %v to fail, want at most 1 s", took)
+	}
+}
+
+// TestLockTLSHandshakeHonoursContext: go-redis's dialer makes a TLS
+// handshake without the context, bounded only by DialTimeout; a server that
+// accepts and never answers must not hold Lock past its context.
+func TestLockTLSHandshakeHonoursContext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range accepted {
+			c.Close()
+		}
+	})
+	rdb := own(t, redis.NewClient(&redis.Options{Addr: ln.Addr().String(), TLSConfig: &tls.Config{ServerName: "localhost"}, DialTimeout: time.Minute}))
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	l, err := short.Lock(ctx, rdb, keyName(t))
+	if err == nil {
+		l.Unlock(context.Background())
+		t.Fatal("Lock = nil error against a server that never answers")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock = %v, want the context's deadline", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Lock took %v, want it cut by its 300 ms context", took)
 	}
 }

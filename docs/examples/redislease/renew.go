@@ -9,7 +9,8 @@ import (
 
 // renew renews the key every RenewPeriod from the grant sent at granted,
 // until ctx ends or the lease is lost. lc is the connection the grant was
-// written on; renew dials another when it fails.
+// written on; renew dials another when it fails, and leaves the last one
+// to Unlock.
 //
 // Each renewal is the renew script and, where replicas must acknowledge it,
 // WAIT, in one write on one connection: WAIT counts the replicas that have
@@ -19,7 +20,13 @@ import (
 // moves nothing: only the deadline says that silence lasted too long.
 func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 	defer func() {
-		if lc != nil {
+		// Unlock deletes the key on the connection that renewed it, so
+		// that a release needs no new connection: one refused at a
+		// server's connection limit would leave the key to its expiry. A
+		// lost lease keeps nothing open.
+		if lc != nil && l.ctrl.Signal().Err() == nil {
+			l.lc = lc
+		} else if lc != nil {
 			lc.close()
 		}
 	}()
@@ -64,7 +71,7 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 		}
 		if err := rs[0].err; err != nil {
 			switch {
-			case code(err) == "READONLY":
+			case readOnly(err):
 				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrFailedOver, clock(sent), err))
 				return
 			case permanent(err):
@@ -90,6 +97,10 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 		}
 		l.deadline.apply(sent)
 		if l.need > 0 {
+			if err := rs[1].err; permanent(err) {
+				l.lose(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), err))
+				return
+			}
 			acked, _ := rs[1].v.(int64)
 			if rs[1].err != nil || acked < int64(l.need) {
 				// Only the primary has it: the replica promoted in its

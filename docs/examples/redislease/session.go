@@ -74,9 +74,39 @@ func (e *endpoint) dial(ctx context.Context, reload bool) (*conn, error) {
 			ctx, cancel = context.WithTimeout(ctx, opt.DialTimeout)
 			defer cancel()
 		}
+		if opt.TLSConfig != nil {
+			return dialWithin(ctx, dialer, network, opt.Addr)
+		}
 		return dialer(ctx, network, opt.Addr)
 	}
 	return dialConn(ctx, dial, cred, opt.DB)
+}
+
+// dialWithin returns when dialer does or when ctx ends, whichever is first:
+// go-redis's dialers make a TLS handshake without the context, bounded
+// only by DialTimeout. A connection that comes after ctx ended is closed.
+func dialWithin(ctx context.Context, dialer func(context.Context, string, string) (net.Conn, error), network, addr string) (net.Conn, error) {
+	type result struct {
+		nc  net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		nc, err := dialer(ctx, network, addr)
+		done <- result{nc, err}
+	}()
+	select {
+	case r := <-done:
+		return r.nc, r.err
+	case <-ctx.Done():
+		go func() {
+			// A dialer may return a typed nil with its error.
+			if r := <-done; r.err == nil {
+				r.nc.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // checkPrimary asks a Sentinel client's Sentinels which server is the
@@ -91,7 +121,7 @@ func (e *endpoint) checkPrimary(ctx context.Context, addr string) error {
 	opt := e.rdb.(*redis.Client).Options()
 	// The dialer asks a Sentinel, then connects to the address it names:
 	// the connection's address is the Sentinel's answer.
-	nc, err := opt.Dialer(ctx, "tcp", opt.Addr)
+	nc, err := dialWithin(ctx, opt.Dialer, "tcp", opt.Addr)
 	if err != nil {
 		return fmt.Errorf("the primary as Sentinel names it: %w", err)
 	}
