@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -362,5 +363,54 @@ func TestLockTLSHandshakeHonoursContext(t *testing.T) {
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Lock took %v, want it cut by its 300 ms context", took)
+	}
+}
+
+// totalConnections returns how many connections the server has accepted.
+func totalConnections(t *testing.T, admin *redis.Client) int {
+	t.Helper()
+	info, err := admin.Info(t.Context(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	t.Fatalf("no total_connections_received in INFO stats: %s", info)
+	return 0
+}
+
+// TestConnectionLimit: a lease holds two connections of its own. At the
+// server's maxclients, Lock fails at once naming the limit, and Unlock
+// deletes the key on the lease's own connection, opening none.
+func TestConnectionLimit(t *testing.T) {
+	srv := redistest.StartServer(t, "--maxclients", "3")
+	admin := own(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1}))
+	key := keyName(t)
+	l := mustLock(t, short, admin, key) // the server's three connections: admin's and the lease's two
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if l2, err := short.Lock(ctx, admin, keyName(t)); err == nil {
+		l2.Unlock(context.Background())
+		t.Error("Lock over maxclients = nil error")
+	} else if !strings.Contains(err.Error(), "maxclients") {
+		t.Errorf("Lock over maxclients = %v, want an error naming maxclients", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Lock over maxclients took %v to fail, want at most 1 s", took)
+	}
+	before := totalConnections(t, admin)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock at maxclients = %v, want nil", err)
+	}
+	if after := totalConnections(t, admin); after != before {
+		t.Errorf("Unlock opened %d connections, want none", after-before)
+	}
+	if n, _ := admin.Exists(t.Context(), key).Result(); n != 0 {
+		t.Error("Unlock left the key")
 	}
 }

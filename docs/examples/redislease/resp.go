@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -96,7 +97,12 @@ func dialConn(ctx context.Context, dial func(context.Context) (net.Conn, error),
 	if err != nil {
 		c.close()
 		var se *serverError
-		if errors.As(err, &se) && se.code() == "ERR" {
+		switch {
+		case errors.As(err, &se) && strings.Contains(se.msg, "max number of clients reached"):
+			// Redis answers a connection over maxclients so, whatever it
+			// was sent.
+			return nil, fmt.Errorf("the server's connection limit (maxclients) is reached; each lease holds two connections of its own: %w", err)
+		case errors.As(err, &se) && se.code() == "ERR":
 			return nil, fmt.Errorf("HELLO 3 (Redis 6 or later is needed): %w", err)
 		}
 		return nil, fmt.Errorf("HELLO 3: %w", err)
