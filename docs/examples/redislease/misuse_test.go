@@ -414,3 +414,48 @@ func TestConnectionLimit(t *testing.T) {
 		t.Error("Unlock left the key")
 	}
 }
+
+// TestPermissionTakenAway: a permission the lease needs, taken away from
+// its user while it holds the key, loses it within the TTL with
+// ErrRefused naming the command: EVAL and WAIT at the next renewal,
+// CLIENT TRACKING at the reconnection that must turn it on again.
+func TestPermissionTakenAway(t *testing.T) {
+	primary := redistest.StartServer(t)
+	redistest.StartServer(t, "--replicaof", "127.0.0.1", itoa(int64(primary.Port)))
+	admin := primary.Client(t)
+	// A replica starts in sync within a second or two; WAIT counts it once
+	// it is.
+	for start := time.Now(); admin.Wait(t.Context(), 1, 100*time.Millisecond).Val() < 1; {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("the replica did not acknowledge a write within 30 s")
+		}
+	}
+	for _, tc := range []struct{ rule, want string }{
+		{"-eval", "eval"},
+		{"-wait", "wait"},
+		{"-client|tracking", "client|tracking"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			user := "app" + strings.ReplaceAll(tc.rule, "|", "")
+			if err := admin.Do(t.Context(), "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all").Err(); err != nil {
+				t.Fatal(err)
+			}
+			rdb := own(t, redis.NewClient(&redis.Options{Addr: primary.Addr(), Username: user, Password: "pw"}))
+			l := mustLock(t, short, rdb, keyName(t))
+			if err := admin.Do(t.Context(), "ACL", "SETUSER", user, tc.rule).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "client|tracking" {
+				// Tracking already on goes on; a new connection must
+				// turn it on.
+				if err := admin.ClientKillByFilter(t.Context(), "USER", user).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := waitLost(t, l, short.TTL)
+			if !errors.Is(err, redislease.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Err() = %v, want ErrRefused naming %s", err, tc.want)
+			}
+		})
+	}
+}
