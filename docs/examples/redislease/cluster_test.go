@@ -3,6 +3,8 @@ package redislease_test
 import (
 	"context"
 	"errors"
+	"flag"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,4 +55,141 @@ func TestCluster(t *testing.T) {
 			g.l.Unlock(context.Background())
 		})
 	}
+}
+
+var clusterTrials = flag.Int("cluster.trials", 1, "trials of each slot move of TestClusterWaiterFollowsTheSlot")
+
+// TestClusterWaiterFollowsTheSlot: a Lock waiting on a Cluster while the
+// key's slot moves to another primary, by a migration or by a failover to
+// the replica, is granted as soon as the holder, which keeps its lease
+// across the move, calls Unlock: it tracks the key on the slot's new
+// primary, not on the old one. Within 100 ms of the Unlock, in each trial.
+func TestClusterWaiterFollowsTheSlot(t *testing.T) {
+	c := redistest.StartCluster(t)
+	moves := []struct {
+		name string
+		move func(t *testing.T, key string)
+	}{
+		{"migration", func(t *testing.T, key string) { migrateSlot(t, c, key) }},
+		{"failover", func(t *testing.T, key string) { failOverSlot(t, c, key) }},
+	}
+	for _, m := range moves {
+		t.Run(m.name, func(t *testing.T) {
+			var worst time.Duration
+			for range *clusterTrials {
+				key := keyName(t)
+				a := mustLock(t, short, c.Client(t), key)
+				b := lockAsync(t.Context(), short, c.Client(t), key)
+				time.Sleep(100 * time.Millisecond) // B waits
+				m.move(t, key)
+				time.Sleep(short.TTL) // renewals and B's retries after the move
+				if err := a.Signal().Err(); err != nil {
+					t.Fatalf("A lost across the %s: %v", m.name, err)
+				}
+				start := time.Now()
+				if err := a.Unlock(context.Background()); err != nil {
+					t.Fatalf("A's Unlock after the %s: %v", m.name, err)
+				}
+				select {
+				case g := <-b:
+					if g.err != nil {
+						t.Fatal(g.err)
+					}
+					took := g.at.Sub(start)
+					worst = max(worst, took)
+					if took > 100*time.Millisecond {
+						t.Errorf("B granted %v after A's Unlock, want at most 100 ms", took)
+					}
+					g.l.Unlock(context.Background())
+				case <-time.After(10 * time.Second):
+					t.Fatalf("B not granted within 10 s of A's Unlock after the %s", m.name)
+				}
+			}
+			t.Logf("%d trials: B granted at most %v after A's Unlock", *clusterTrials, worst)
+		})
+	}
+}
+
+// migrateSlot moves key's slot, and its keys, from its primary to another.
+func migrateSlot(t *testing.T, c *redistest.Cluster, key string) {
+	ctx := t.Context()
+	from, err := redistest.MasterOf(ctx, c.Nodes[0].Addr(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var to string
+	for _, n := range c.Nodes[:3] {
+		if a, err := redistest.MasterOf(ctx, n.Addr(), key); err == nil && n.Addr() != a && isPrimary(t, n.Addr()) {
+			to = n.Addr()
+			break
+		}
+	}
+	if to == "" {
+		t.Fatal("no other primary to migrate to")
+	}
+	src, dst := client(t, from), client(t, to)
+	slot, _ := src.ClusterKeySlot(ctx, key).Result()
+	srcID, _ := src.ClusterMyID(ctx).Result()
+	dstID, _ := dst.ClusterMyID(ctx).Result()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 1000).Result()
+	must(err)
+	host, port, _ := strings.Cut(to, ":")
+	if len(keys) > 0 {
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must(src.Do(ctx, args...).Err())
+	}
+	for _, n := range c.Nodes[:3] {
+		if isPrimary(t, n.Addr()) {
+			must(client(t, n.Addr()).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+		}
+	}
+}
+
+// failOverSlot makes the replica of key's primary take its place.
+func failOverSlot(t *testing.T, c *redistest.Cluster, key string) {
+	ctx := t.Context()
+	from, err := redistest.MasterOf(ctx, c.Nodes[0].Addr(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := client(t, from).ClusterMyID(ctx).Result()
+	for _, n := range c.Nodes {
+		info, err := client(t, n.Addr()).Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(info, "role:slave") {
+			continue
+		}
+		nodes, _ := client(t, n.Addr()).ClusterNodes(ctx).Result()
+		for line := range strings.Lines(nodes) {
+			if f := strings.Fields(line); len(f) > 3 && strings.Contains(f[2], "myself") && f[3] == id {
+				if err := client(t, n.Addr()).ClusterFailover(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+					if isPrimary(t, n.Addr()) {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the replica %s did not take over within 10 s", n.Addr())
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no replica of %s", from)
+}
+
+func isPrimary(t *testing.T, addr string) bool {
+	role, err := client(t, addr).Do(t.Context(), "ROLE").Slice()
+	return err == nil && len(role) > 0 && role[0] == "master"
 }
