@@ -133,6 +133,9 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 			rs, e = lc.pipe(actx, cmds...)
 			if e == nil && rs[0].err != nil {
 				e = fmt.Errorf("the grant script: %w", rs[0].err)
+				if code(rs[0].err) == "NOPERM" && strings.Contains(rs[0].err.Error(), "key") {
+					e = fmt.Errorf("the grant script, which writes the key %q and its token counter %q (an ACL must allow both): %w", key, tkey, rs[0].err)
+				}
 			}
 			if e == nil && need > 0 && rs[1].err != nil {
 				e = fmt.Errorf("WAIT: %w", rs[1].err)
@@ -264,7 +267,7 @@ func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, err
 	}
 	rs, err := lc.pipe(ctx, cmds...)
 	if err == nil && rs[0].err != nil {
-		err = fmt.Errorf("ROLE (set Config.Replicas to do without it, but behind Sentinel): %w", rs[0].err)
+		err = fmt.Errorf("ROLE (Config.Replicas does without it, except behind Sentinel): %w", rs[0].err)
 	}
 	if err == nil && sentinel && rs[1].err != nil {
 		err = fmt.Errorf("CLIENT LIST (behind Sentinel, the lease reads how long each replica has followed the primary): %w", rs[1].err)

@@ -106,6 +106,20 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 				}
 			}
 			t.Logf("%d trials: B granted at most %v after A's Unlock", *clusterTrials, worst)
+
+			// A holder whose key moved is told of an operator's DEL on
+			// the new primary as of any deletion.
+			key := keyName(t)
+			cl := c.Client(t)
+			a := mustLock(t, short, cl, key)
+			m.move(t, key)
+			time.Sleep(short.TTL) // a renewal on the new primary
+			if err := cl.Del(t.Context(), key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitLost(t, a, time.Second); !errors.Is(err, redislease.ErrDeleted) {
+				t.Errorf("Err() after a DEL on the slot's new primary = %v, want ErrDeleted", err)
+			}
 		})
 	}
 }

@@ -98,8 +98,8 @@ func (l *Lease) check(ctx context.Context, fc *conn, what string, flushed bool) 
 		switch {
 		case flushed:
 			how = "found no key: the database was flushed"
-		case fc.addr() != l.addr:
-			cause, how = ErrFailedOver, fmt.Sprintf("found no key on %s, which is not the server it was granted on, %s", fc.addr(), l.addr)
+		case fc.addr() != *l.server.Load():
+			cause, how = ErrFailedOver, fmt.Sprintf("found no key on %s, which is not the server it was last confirmed on, %s", fc.addr(), *l.server.Load())
 		}
 		l.lose(fmt.Errorf("%w: the read after %s %s", cause, what, how))
 		return false

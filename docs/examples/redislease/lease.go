@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -30,7 +31,10 @@ type Lease struct {
 	token int64
 	cfg   Config
 	need  int    // replicas that must acknowledge a renewal
-	addr  string // the server the key was granted on
+	// server is the address of the server the key was last confirmed on:
+	// the grant's, then that of each renewal that found the key (a Cluster
+	// slot's new primary after a migration or a failover).
+	server atomic.Pointer[string]
 
 	stop     context.CancelFunc // stops renewing and following
 	workers  sync.WaitGroup     // the renewer and the follower
@@ -101,8 +105,8 @@ func (c Config) Lock(ctx context.Context, rdb redis.UniversalClient, key string)
 		token: g.token,
 		cfg:   c,
 		need:  g.need,
-		addr:  g.lc.addr(),
 	}
+	l.setServer(g.lc.addr())
 	fctx, stop := context.WithCancel(context.Background())
 	l.stop = stop
 	// The deadline's timer loses the lease whatever the goroutines below
@@ -177,6 +181,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	})
 	return l.err
 }
+
+func (l *Lease) setServer(addr string) { l.server.Store(&addr) }
 
 // lose loses the lease with cause, unless it was released, and stops
 // renewing and following it.

@@ -168,6 +168,9 @@ func TestMistakes(t *testing.T) {
 	if err := admin.Do(t.Context(), "ACL", "SETUSER", "norole", "on", ">pw", "~*", "+@all", "-role").Err(); err != nil {
 		t.Fatal(err)
 	}
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "apponly", "on", ">pw", "~app:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
 	freePort, _ := redistest.FreePort()
 	closed := redis.NewClient(&redis.Options{Addr: shared.Addr()})
 	closed.Close()
@@ -187,7 +190,8 @@ func TestMistakes(t *testing.T) {
 		{"wrong password", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Password: "wrong"})), "k", "WRONGPASS"},
 		{"ACL without EVAL", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "app", Password: "pw"})), "k", "NOPERM"},
 		{"ACL without scripting", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "noscripts", Password: "pw"})), "k", "NOPERM"},
-		{"ACL without ROLE", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "norole", Password: "pw"})), "k", "ROLE (set Config.Replicas to do without it): NOPERM"},
+		{"ACL without ROLE", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "norole", Password: "pw"})), "k", "ROLE (Config.Replicas does without it, except behind Sentinel): NOPERM"},
+		{"ACL key pattern without the token counter", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "apponly", Password: "pw"})), "app:x", `token counter "{app:x}:redislease-token"`},
 		{"TTL too short", redislease.Config{TTL: 100 * time.Millisecond}, client(t, shared.Addr()), "k", "outside"},
 		{"TTL too long", redislease.Config{TTL: 48 * time.Hour}, client(t, shared.Addr()), "k", "outside"},
 		{"TTL in microseconds", redislease.Config{TTL: time.Second + time.Microsecond}, client(t, shared.Addr()), "k", "milliseconds"},

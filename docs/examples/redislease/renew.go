@@ -96,6 +96,7 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 			}
 		}
 		l.deadline.apply(sent)
+		l.setServer(lc.addr())
 		if l.need > 0 {
 			if err := rs[1].err; permanent(err) {
 				l.lose(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), err))
