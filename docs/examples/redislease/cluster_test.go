@@ -70,7 +70,7 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 		name string
 		move func(t *testing.T, key string)
 	}{
-		{"migration", func(t *testing.T, key string) { migrateSlot(t, c, key) }},
+		{"migration", func(t *testing.T, key string) { migrateSlot(t, c, key, 0) }},
 		{"failover", func(t *testing.T, key string) { failOverSlot(t, c, key) }},
 	}
 	for _, m := range moves {
@@ -124,8 +124,29 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 	}
 }
 
-// migrateSlot moves key's slot, and its keys, from its primary to another.
-func migrateSlot(t *testing.T, c *redistest.Cluster, key string) {
+// TestClusterSlowMigration: while a slot migrates, its keys already on the
+// target, the source answers ASK for them; the holder renews its key where
+// ASK sends it, and is not lost however long the slot takes to be
+// reassigned.
+func TestClusterSlowMigration(t *testing.T) {
+	c := redistest.StartCluster(t)
+	for range *clusterTrials {
+		key := keyName(t)
+		a := mustLock(t, short, c.Client(t), key)
+		migrateSlot(t, c, key, short.TTL) // longer than the deadline leaves after a renewal
+		notLost(t, a, short.TTL)
+		if err := a.Unlock(context.Background()); err != nil {
+			t.Fatalf("Unlock after the migration = %v", err)
+		}
+		if n, _ := c.Client(t).Exists(t.Context(), key).Result(); n != 0 {
+			t.Error("Unlock left the key")
+		}
+	}
+}
+
+// migrateSlot moves key's slot, and its keys, from its primary to another,
+// with pause between the move of the keys and the reassignment of the slot.
+func migrateSlot(t *testing.T, c *redistest.Cluster, key string, pause time.Duration) {
 	ctx := t.Context()
 	from, err := redistest.MasterOf(ctx, c.Nodes[0].Addr(), key)
 	if err != nil {
@@ -163,6 +184,7 @@ func migrateSlot(t *testing.T, c *redistest.Cluster, key string) {
 		}
 		must(src.Do(ctx, args...).Err())
 	}
+	time.Sleep(pause)
 	for _, n := range c.Nodes[:3] {
 		if isPrimary(t, n.Addr()) {
 			must(client(t, n.Addr()).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -59,6 +60,9 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 		}
 		sent := time.Now() // before the send: never later than Redis runs it
 		rs, err := lc.pipe(rctx, cmds...)
+		if err == nil && code(rs[0].err) == "ASK" {
+			rs, err = l.renewAsking(rctx, rs[0].err, cmds)
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -114,4 +118,28 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 		l.deadline.confirm(sent)
 		t.Reset(time.Until(sent.Add(l.cfg.RenewPeriod)))
 	}
+}
+
+// renewAsking sends the renewal cmds to the Cluster node an ASK redirection
+// names, behind ASKING, as a Cluster client does: the key's slot is
+// migrating, and the key has moved to that node already. Until the slot is
+// reassigned, the renewal is confirmed there or nowhere.
+func (l *Lease) renewAsking(ctx context.Context, ask error, cmds [][]any) ([]reply, error) {
+	f := strings.Fields(ask.Error()) // ASK slot host:port
+	if len(f) < 3 {
+		return nil, ask
+	}
+	cn, err := l.ep.dialAt(ctx, false, f[2])
+	if err != nil {
+		return nil, err
+	}
+	defer cn.close()
+	rs, err := cn.pipe(ctx, append([][]any{{"ASKING"}}, cmds...)...)
+	if err != nil {
+		return nil, err
+	}
+	if rs[0].err != nil {
+		return nil, rs[0].err
+	}
+	return rs[1:], nil
 }

@@ -50,11 +50,23 @@ func newEndpoint(rdb redis.UniversalClient, key string, bound time.Duration) (*e
 
 // dial opens a connection of the lease's own to the primary of the key.
 func (e *endpoint) dial(ctx context.Context, reload bool) (*conn, error) {
+	return e.dialAt(ctx, reload, "")
+}
+
+// dialAt opens a connection of the lease's own to the server at addr, a
+// Cluster node the key's slot is migrating to, with the options of the
+// key's primary; "" means the primary itself.
+func (e *endpoint) dialAt(ctx context.Context, reload bool, addr string) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.bound)
 	defer cancel()
 	opt, err := e.options(ctx, reload)
 	if err != nil {
 		return nil, err
+	}
+	if addr != "" {
+		o := *opt
+		o.Addr = addr
+		opt = &o
 	}
 	cred, err := credentialsOf(ctx, opt)
 	if err != nil {
