@@ -127,12 +127,18 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 // TestClusterSlowMigration: while a slot migrates, its keys already on the
 // target, the source answers ASK for them; the holder renews its key where
 // ASK sends it, and is not lost however long the slot takes to be
-// reassigned.
+// reassigned; also after the caller closed its client.
 func TestClusterSlowMigration(t *testing.T) {
 	c := redistest.StartCluster(t)
-	for range *clusterTrials {
+	for i := range 2 * *clusterTrials {
 		key := keyName(t)
-		a := mustLock(t, short, c.Client(t), key)
+		rdb := c.Client(t)
+		a := mustLock(t, short, rdb, key)
+		if i%2 == 1 {
+			// The lease goes on without the caller's client, and follows
+			// the Cluster's redirections itself.
+			rdb.Close()
+		}
 		migrateSlot(t, c, key, short.TTL) // longer than the deadline leaves after a renewal
 		notLost(t, a, short.TTL)
 		if err := a.Unlock(context.Background()); err != nil {

@@ -81,6 +81,26 @@ func TestCallerMisuse(t *testing.T) {
 			t.Errorf("Unlock = %v, want nil", err)
 		}
 	})
+	t.Run("Close of a Sentinel client, then CLIENT KILL", func(t *testing.T) {
+		// The lease can no longer ask the closed client's Sentinels: it
+		// reconnects to the server it last reached, and releases there.
+		g := redistest.StartGroup(t, 2)
+		rdb := redis.NewFailoverClient(g.FailoverOptions())
+		key := keyName(t)
+		l := mustLock(t, short, rdb, key)
+		rdb.Close()
+		op := g.Primary.Client(t)
+		if err := op.ClientKillByFilter(t.Context(), "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+		notLost(t, l, short.TTL+short.TTL/2)
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Errorf("Unlock = %v, want nil", err)
+		}
+		if n, _ := op.Exists(t.Context(), key).Result(); n != 0 {
+			t.Error("Unlock left the key")
+		}
+	})
 	t.Run("CLIENT KILL", func(t *testing.T) {
 		rdb := client(t, shared.Addr())
 		key := keyName(t)

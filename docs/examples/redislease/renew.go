@@ -84,6 +84,9 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 			}
 			// LOADING, BUSY, MOVED, TRYAGAIN: another server, or the same
 			// one later.
+			if f := strings.Fields(err.Error()); code(err) == "MOVED" && len(f) >= 3 {
+				l.ep.redirect(f[2]) // MOVED slot host:port
+			}
 			lc.close()
 			lc = nil
 			t.Reset(pause)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,13 @@ type endpoint struct {
 	// connection but does not answer (paused, its backlog still taking
 	// connections) is left for the next dial, which may find another.
 	bound time.Duration
+
+	// known is the options of the server the lease last reached, or that
+	// a Cluster redirection named since: once the caller closed its
+	// client, whose Sentinel dialer or Cluster map the lease can no longer
+	// ask, the lease reconnects there.
+	mu    sync.Mutex
+	known *redis.Options
 }
 
 // newEndpoint checks that rdb is a client the lease can work with.
@@ -59,9 +67,20 @@ func (e *endpoint) dial(ctx context.Context, reload bool) (*conn, error) {
 func (e *endpoint) dialAt(ctx context.Context, reload bool, addr string) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.bound)
 	defer cancel()
-	opt, err := e.options(ctx, reload)
-	if err != nil {
-		return nil, err
+	var opt *redis.Options
+	gone := e.clientClosed()
+	if gone {
+		e.mu.Lock()
+		opt = e.known
+		e.mu.Unlock()
+		if opt == nil {
+			return nil, redis.ErrClosed
+		}
+	} else {
+		var err error
+		if opt, err = e.options(ctx, reload); err != nil {
+			return nil, err
+		}
 	}
 	if addr != "" {
 		o := *opt
@@ -91,7 +110,54 @@ func (e *endpoint) dialAt(ctx context.Context, reload bool, addr string) (*conn,
 		}
 		return dialer(ctx, network, opt.Addr)
 	}
-	return dialConn(ctx, dial, cred, opt.DB)
+	cn, err := dialConn(ctx, dial, cred, opt.DB)
+	if err == nil && !gone {
+		// Without the client, only a redirection moves the lease.
+		e.remember(opt, cn.addr())
+	}
+	return cn, err
+}
+
+// clientClosed reports whether the caller closed its client.
+func (e *endpoint) clientClosed() bool {
+	if closed(e.rdb) {
+		return true
+	}
+	if e.cluster == nil {
+		return false
+	}
+	// A closed Cluster client still answers from its map of slots, and
+	// the Ping above may have met the context first: its nodes' clients
+	// tell.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	node, err := e.cluster.MasterForKey(ctx, e.key)
+	return errors.Is(err, redis.ErrClosed) || err == nil && closed(node)
+}
+
+// remember keeps opt as the options of the server at addr, with a dialer
+// that dials addr itself, not the one a Sentinel names.
+func (e *endpoint) remember(opt *redis.Options, addr string) {
+	o := *opt
+	o.Addr = addr
+	if e.sentinel {
+		o.Dialer = redis.NewDialer(&o)
+	}
+	e.mu.Lock()
+	e.known = &o
+	e.mu.Unlock()
+}
+
+// redirect records that a Cluster node answered MOVED to addr: the key's
+// slot is served there now.
+func (e *endpoint) redirect(addr string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.known != nil {
+		o := *e.known
+		o.Addr = addr
+		e.known = &o
+	}
 }
 
 // dialWithin returns when dialer does or when ctx ends, whichever is first:
