@@ -76,6 +76,7 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 	for _, m := range moves {
 		t.Run(m.name, func(t *testing.T) {
 			var worst time.Duration
+			var lost int
 			for range *clusterTrials {
 				key := keyName(t)
 				a := mustLock(t, short, c.Client(t), key)
@@ -84,7 +85,19 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 				m.move(t, key)
 				time.Sleep(short.TTL) // renewals and B's retries after the move
 				if err := a.Signal().Err(); err != nil {
-					t.Fatalf("A lost across the %s: %v", m.name, err)
+					// A failover pauses the primary's writes until the
+					// replica caught up, which on a loaded machine may
+					// last past A's deadline: a false loss, never a late
+					// one. B then takes the key when it expires.
+					if !errors.Is(err, redislease.ErrRenewalUnconfirmed) {
+						t.Fatalf("A lost across the %s: %v", m.name, err)
+					}
+					lost++
+					a.Unlock(context.Background())
+					if g := <-b; g.err == nil {
+						g.l.Unlock(context.Background())
+					}
+					continue
 				}
 				start := time.Now()
 				if err := a.Unlock(context.Background()); err != nil {
@@ -105,7 +118,10 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 					t.Fatalf("B not granted within 10 s of A's Unlock after the %s", m.name)
 				}
 			}
-			t.Logf("%d trials: B granted at most %v after A's Unlock", *clusterTrials, worst)
+			t.Logf("%d trials: B granted at most %v after A's Unlock; A lost at its deadline across the %s in %d", *clusterTrials, worst, m.name, lost)
+			if lost == *clusterTrials {
+				t.Errorf("A lost across every %s", m.name)
+			}
 
 			// A holder whose key moved is told of an operator's DEL on
 			// the new primary as of any deletion.
