@@ -26,16 +26,53 @@ const GroupName = "leasegroup"
 // on the promoted replica, which holds its key.
 const DownAfter = 2500 * time.Millisecond
 
+// TiltPeriod is how long a Sentinel of a [Group] does not act after its
+// timer stalled for more than 2 s (Sentinel's TILT mode, set with SENTINEL
+// DEBUG tilt-period): on a loaded machine every process may stall that
+// long at once. Sentinel's default, 30 s, is longer than a test waits for a
+// failover; DownAfter leaves every server time to answer a Sentinel's PING,
+// sent every second, before the Sentinel judges it again.
+const TiltPeriod = DownAfter
+
+// FailoverWithin bounds the wait for a failover of a [Group], from its
+// primary's death or stop to the Sentinels naming a replica. Undisturbed, a
+// failover takes at most DownAfter, a second (Sentinel's ask period) for
+// the two candidates to agree that the primary is down, and a second (the
+// period of INFO during a failover) to see the replica promoted: 4.5 s.
+// Each stall of the machine over 2 s adds itself and TiltPeriod. The
+// bound, ten times DownAfter, is also as late as the Sentinels may call
+// the primary down and still promote a replica: Sentinel passes over a
+// replica whose link has been down for longer than ten times down-after
+// plus the time since it called the primary down
+// ("-failover-abort-no-good-slave").
+const FailoverWithin = 10 * DownAfter
+
+// failoverTimeout is the Sentinels' failover-timeout, their default. A
+// Sentinel sets a replica that replicates from another address than the
+// primary's (its link's) to the primary's own once the replica's
+// configuration is older than the failover timeout ("+fix-slave-config"):
+// the timeout keeps the links in place for the life of a test. It is also
+// why a failover must not fail once: a Sentinel that started or voted for
+// a failover that did not happen does not start another for twice the
+// failover timeout, 6 minutes ("Next failover delay").
+const failoverTimeout = 3 * time.Minute
+
+// voterDownAfter is the down-after of the third Sentinel of a [Group], the
+// voter: longer than any test, so that it never calls the primary down and
+// never starts a failover. Three Sentinels that start one at once, as they
+// do when a stall ends and their timers fire together, each vote for
+// themselves and none is elected ("-failover-abort-not-elected"); with two
+// candidates, the voter's vote elects one of them.
+const voterDownAfter = 24 * time.Hour
+
 // A Group is a primary, its replicas, and three Sentinels watching them.
 // Replica i replicates through Links[i], a proxy whose faults cut its
 // replication link; once a failover reconfigured it, it replicates from the
 // new primary directly.
 //
-// A Sentinel sets a replica that replicates from another address than the
-// primary's (the proxy's) to the primary's own, once the replica's
-// configuration is older than the failover timeout ("+fix-slave-config"):
-// the Sentinels keep their default failover timeout, 3 minutes, so that the
-// links stay in place for the life of a test.
+// Sentinels[0] and Sentinels[1] call the primary down after DownAfter and
+// may lead a failover; Sentinels[2] only votes. A failover takes at most
+// [FailoverWithin].
 type Group struct {
 	Primary   *Server
 	Replicas  []*Server
@@ -106,6 +143,10 @@ func NewGroup(dir string, n int) (g *Group, err error) {
 		if err != nil {
 			return g, err
 		}
+		downAfter := DownAfter
+		if i == 2 {
+			downAfter = voterDownAfter
+		}
 		port, err := FreePort()
 		if err != nil {
 			return g, err
@@ -117,9 +158,10 @@ dir %s
 logfile %s
 sentinel monitor %s 127.0.0.1 %d 2
 sentinel down-after-milliseconds %s %d
-sentinel failover-timeout %s 180000
+sentinel failover-timeout %s %d
 sentinel parallel-syncs %s %d
-`, port, d, filepath.Join(d, "redis.log"), GroupName, g.Primary.Port, GroupName, DownAfter.Milliseconds(), GroupName, GroupName, max(1, n))
+`, port, d, filepath.Join(d, "redis.log"), GroupName, g.Primary.Port, GroupName, downAfter.Milliseconds(),
+			GroupName, failoverTimeout.Milliseconds(), GroupName, max(1, n))
 		file := filepath.Join(d, "sentinel.conf")
 		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 			return g, err
@@ -130,8 +172,24 @@ sentinel parallel-syncs %s %d
 		}
 		g.closers = append(g.closers, s.Kill)
 		g.Sentinels = append(g.Sentinels, s)
+		if err := setTiltPeriod(s); err != nil {
+			return g, err
+		}
 	}
 	return g, g.waitReady(n)
+}
+
+// setTiltPeriod sets the Sentinel's TiltPeriod, which its configuration
+// file cannot hold.
+func setTiltPeriod(s *Server) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, "SENTINEL", "DEBUG", "tilt-period", TiltPeriod.Milliseconds()).Err(); err != nil {
+		return fmt.Errorf("redistest: SENTINEL DEBUG tilt-period on %s (Redis 7.0 or later): %w", s.Addr(), err)
+	}
+	return nil
 }
 
 // Close stops every server and proxy of the group.
@@ -215,7 +273,8 @@ func (g *Group) Master(ctx context.Context) (string, error) {
 }
 
 // WaitFailover waits until the Sentinels name a primary other than from,
-// and returns its address.
+// and returns its address. Its error names the Sentinels' events of the
+// failover, from their logs.
 func (g *Group) WaitFailover(ctx context.Context, from string) (string, error) {
 	for {
 		a, err := g.Master(ctx)
@@ -224,10 +283,43 @@ func (g *Group) WaitFailover(ctx context.Context, from string) (string, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("redistest: no failover from %s: %w", from, ctx.Err())
+			return "", fmt.Errorf("redistest: no failover from %s: %w; the Sentinels' events:\n%s", from, ctx.Err(), g.events())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// failoverEvents are the words of the Sentinels' log lines that say how a
+// failover went.
+var failoverEvents = []string{
+	"+sdown master", "-sdown master", "+odown", "+try-failover", "+vote-for-leader", "+elected-leader",
+	"-failover-abort", "Next failover delay", "+tilt", "-tilt", "+promoted-slave", "+switch-master",
+}
+
+// events returns the last 20 lines of each Sentinel's log that say how a
+// failover went.
+func (g *Group) events() string {
+	var b strings.Builder
+	for i, s := range g.Sentinels {
+		log, err := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+		if err != nil {
+			fmt.Fprintf(&b, "sentinel%d: %v\n", i, err)
+			continue
+		}
+		var lines []string
+		for _, l := range strings.Split(string(log), "\n") {
+			for _, e := range failoverEvents {
+				if strings.Contains(l, e) {
+					lines = append(lines, l)
+					break
+				}
+			}
+		}
+		for _, l := range lines[max(0, len(lines)-20):] {
+			fmt.Fprintf(&b, "sentinel%d: %s\n", i, l)
+		}
+	}
+	return b.String()
 }
 
 // Server returns the server of the group at addr, or nil.
