@@ -55,7 +55,7 @@ func NewCluster(dir string) (c *Cluster, err error) {
 		if err != nil {
 			return c, err
 		}
-		c.closers = append(c.closers, s.Kill)
+		c.closers = append(c.closers, s.Close)
 		c.Nodes = append(c.Nodes, s)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

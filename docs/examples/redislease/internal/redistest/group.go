@@ -114,7 +114,7 @@ func NewGroup(dir string, n int) (g *Group, err error) {
 	if g.Primary, err = NewServer(d); err != nil {
 		return g, err
 	}
-	g.closers = append(g.closers, g.Primary.Kill)
+	g.closers = append(g.closers, g.Primary.Close)
 	for i := range n {
 		link, err := faultnet.Listen(g.Primary.Addr())
 		if err != nil {
@@ -131,7 +131,7 @@ func NewGroup(dir string, n int) (g *Group, err error) {
 		if err != nil {
 			return g, err
 		}
-		g.closers = append(g.closers, r.Kill)
+		g.closers = append(g.closers, r.Close)
 		g.Replicas = append(g.Replicas, r)
 	}
 	sbin, err := SentinelBinary()
@@ -147,11 +147,8 @@ func NewGroup(dir string, n int) (g *Group, err error) {
 		if i == 2 {
 			downAfter = voterDownAfter
 		}
-		port, err := FreePort()
-		if err != nil {
-			return g, err
-		}
-		conf := fmt.Sprintf(`port %d
+		s, err := startOnOwnPort(d, sbin, func(port int) ([]string, error) {
+			conf := fmt.Sprintf(`port %d
 bind 127.0.0.1
 protected-mode no
 dir %s
@@ -161,16 +158,14 @@ sentinel down-after-milliseconds %s %d
 sentinel failover-timeout %s %d
 sentinel parallel-syncs %s %d
 `, port, d, filepath.Join(d, "redis.log"), GroupName, g.Primary.Port, GroupName, downAfter.Milliseconds(),
-			GroupName, failoverTimeout.Milliseconds(), GroupName, max(1, n))
-		file := filepath.Join(d, "sentinel.conf")
-		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+				GroupName, failoverTimeout.Milliseconds(), GroupName, max(1, n))
+			file := filepath.Join(d, "sentinel.conf")
+			return []string{file}, os.WriteFile(file, []byte(conf), 0o644)
+		})
+		if err != nil {
 			return g, err
 		}
-		s := &Server{Port: port, Dir: d, bin: sbin, args: []string{file}}
-		if err := s.Start(); err != nil {
-			return g, err
-		}
-		g.closers = append(g.closers, s.Kill)
+		g.closers = append(g.closers, s.Close)
 		g.Sentinels = append(g.Sentinels, s)
 		if err := setTiltPeriod(s); err != nil {
 			return g, err

@@ -4,11 +4,11 @@
 // Sentinels watching them; or a Cluster of primaries and replicas.
 //
 // Every server runs the binary of the Debian package redis-server (and
-// redis-sentinel for the Sentinels) on a free loopback port, in a
+// redis-sentinel for the Sentinels) on a loopback port of its own, in a
 // temporary folder of its own, without persistence, and is killed when the
-// test ends. A missing binary fails the test naming its package; `make
-// redis-deps` installs both. The environment variables REDIS_SERVER and
-// REDIS_SENTINEL name other binaries.
+// test ends, or when the test process dies. A missing binary fails the test
+// naming its package; `make redis-deps` installs both. The environment
+// variables REDIS_SERVER and REDIS_SENTINEL name other binaries.
 package redistest
 
 import (
@@ -59,7 +59,9 @@ func SentinelBinary() (string, error) {
 	return binary("REDIS_SENTINEL", "redis-sentinel", "redis-sentinel")
 }
 
-// FreePort returns a loopback port nothing listens on now.
+// FreePort returns a loopback port nothing listens on now. A server may
+// take it before the caller listens on it: a test that needs a port that
+// stays unused, to dial it and be refused, may use it; a server must not.
 func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -69,56 +71,77 @@ func FreePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// A Server is one redis-server or redis-sentinel process. Its methods are
-// safe for concurrent use.
+// A Server is one redis-server or redis-sentinel process. Its port is its
+// own from NewServer to Close (see [reservePort]), across Kill and Start. Its
+// methods are safe for concurrent use.
 type Server struct {
 	Port int
 	Dir  string
 	bin  string
-	args []string // after the config file or flags that name the port
+	args []string // the flags, or the config file, that name the port
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
+	closed bool
 }
 
 // Addr returns "127.0.0.1:port".
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 
 // StartServer starts a redis-server with the flags extra (such as
-// "--replicaof", "127.0.0.1", "6379") and stops it when tb ends.
+// "--replicaof", "127.0.0.1", "6379") and closes it when tb ends.
 func StartServer(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	s, err := NewServer(tb.TempDir(), extra...)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(s.Kill)
+	tb.Cleanup(s.Close)
 	return s
 }
 
 // NewServer starts a redis-server in dir with the flags extra; the caller
-// stops it with Kill.
+// stops it with Close.
 func NewServer(dir string, extra ...string) (*Server, error) {
 	bin, err := ServerBinary()
 	if err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{Port: port, Dir: dir, bin: bin}
-	s.args = append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
-		"--dir", dir, "--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--logfile", filepath.Join(dir, "redis.log"),
-	}, extra...)
-	if err := s.Start(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return startOnOwnPort(dir, bin, func(port int) ([]string, error) {
+		return append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
+			"--dir", dir, "--save", "", "--appendonly", "no", "--daemonize", "no",
+			"--logfile", filepath.Join(dir, "redis.log"),
+		}, extra...), nil
+	})
 }
+
+// startOnOwnPort starts bin in dir with the arguments args returns for a
+// port reserved for it, and tries another port if something outside this
+// package took that one first.
+func startOnOwnPort(dir, bin string, args func(port int) ([]string, error)) (*Server, error) {
+	for try := 0; ; try++ {
+		port, err := reservePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Port: port, Dir: dir, bin: bin}
+		if s.args, err = args(port); err == nil {
+			err = s.Start()
+		}
+		if err == nil {
+			return s, nil
+		}
+		releasePort(port)
+		if !errors.Is(err, errAddrInUse) || try == 2 {
+			return nil, err
+		}
+	}
+}
+
+// errAddrInUse is why a server that exited at start could not listen.
+var errAddrInUse = errors.New("address already in use")
 
 // Start starts the process again on the same port, with the same flags:
 // without persistence, it comes back empty. It waits until it answers PING.
@@ -126,6 +149,7 @@ func (s *Server) Start() error {
 	s.mu.Lock()
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Dir = s.Dir
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
@@ -143,6 +167,11 @@ func (s *Server) Start() error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
+		if err == nil {
+			// The process that answered must be this one, not one of
+			// another test's that took the port while this one failed to.
+			err = s.isAnswering(ctx, c, cmd.Process.Pid)
+		}
 		cancel()
 		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
 			return nil
@@ -150,6 +179,9 @@ func (s *Server) Start() error {
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+			if strings.Contains(string(log), "Address already in use") {
+				return fmt.Errorf("redistest: %s exited at start: port %d: %w", s.bin, s.Port, errAddrInUse)
+			}
 			return fmt.Errorf("redistest: %s exited at start: %s", s.bin, log)
 		default:
 		}
@@ -159,6 +191,20 @@ func (s *Server) Start() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// isAnswering returns nil if the server c reaches is the process pid.
+func (s *Server) isAnswering(ctx context.Context, c *redis.Client, pid int) error {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "process_id:"); ok && v == strconv.Itoa(pid) {
+			return nil
+		}
+	}
+	return fmt.Errorf("redistest: %s is served by another process than %d", s.Addr(), pid)
 }
 
 // Kill kills the process (SIGKILL, after a SIGCONT in case it was paused)
@@ -173,6 +219,20 @@ func (s *Server) Kill() {
 	_ = cmd.Process.Signal(syscall.SIGCONT)
 	_ = cmd.Process.Kill()
 	<-exited
+}
+
+// Close kills the process and gives up its port. Successive calls do
+// nothing.
+func (s *Server) Close() {
+	s.Kill()
+	s.mu.Lock()
+	port := s.Port
+	closed := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if !closed {
+		releasePort(port)
+	}
 }
 
 // Pause stops the process with SIGSTOP: its connections stay open and
