@@ -418,7 +418,7 @@ var faults = []fault{
 			tr.t.Error(err)
 		}
 		tr.s.cleanup = append(tr.s.cleanup, func() { old.Resume() })
-		ctx, cancel := context.WithTimeout(tr.t.Context(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(tr.t.Context(), redistest.FailoverWithin)
 		defer cancel()
 		if _, err := tr.s.g.WaitFailover(ctx, old.Addr()); err != nil {
 			tr.t.Error(err)

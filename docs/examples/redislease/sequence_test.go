@@ -30,8 +30,6 @@ var sequenceTrials = flag.Int("sequence.trials", 1, "trials of each sequence of 
 const (
 	turnHolders = 4
 	holdFor     = 3 * time.Second
-	// failoverWithin bounds the wait for Sentinel to name a new primary.
-	failoverWithin = 30 * time.Second
 	// convertAfter is how long a resumed old primary may stay a writable
 	// primary: a Sentinel that sees a primary it no longer names waits for
 	// it to be up four publish periods (8 s) before it makes it a replica,
@@ -57,7 +55,7 @@ func resumedAfter(delay time.Duration) sequence {
 			if err := old.Pause(); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), failoverWithin)
+			ctx, cancel := context.WithTimeout(t.Context(), redistest.FailoverWithin)
 			_, err := g.WaitFailover(ctx, old.Addr())
 			cancel()
 			switched := time.Now()
