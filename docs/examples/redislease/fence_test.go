@@ -70,7 +70,7 @@ func TestTokenRefusesStaleWrite(t *testing.T) {
 func TestTokenCounterAheadOfTheClock(t *testing.T) {
 	rdb := client(t, shared.Addr())
 	key := keyName(t)
-	ahead := time.Now().Add(24*time.Hour).UnixMicro()
+	ahead := time.Now().Add(24 * time.Hour).UnixMicro()
 	if err := rdb.Set(t.Context(), "{"+key+"}:redislease-token", ahead, 0).Err(); err != nil {
 		t.Fatal(err)
 	}

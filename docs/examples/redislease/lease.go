@@ -30,7 +30,7 @@ type Lease struct {
 	value string // "id:token", what the key holds while it is this lease's
 	token int64
 	cfg   Config
-	need  int    // replicas that must acknowledge a renewal
+	need  int // replicas that must acknowledge a renewal
 	// server is the address of the server the key was last confirmed on:
 	// the grant's, then that of each renewal that found the key (a Cluster
 	// slot's new primary after a migration or a failover).
