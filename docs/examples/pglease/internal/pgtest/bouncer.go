@@ -108,7 +108,7 @@ logfile = %s
 	b.mu.Lock()
 	b.cmd, b.exited = cmd, exited
 	b.mu.Unlock()
-	if err := waitReady(b.srv.ConnString(b.Addr()), exited); err != nil {
+	if err := waitReady(b.srv.ConnString(b.Addr()), b.srv.data(), exited); err != nil {
 		log, _ := os.ReadFile(filepath.Join(b.dir, "log"))
 		b.stop()
 		return fmt.Errorf("pgtest: pgbouncer: %w: %s", err, log)

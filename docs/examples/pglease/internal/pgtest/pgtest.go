@@ -229,7 +229,7 @@ func (s *Server) Restart() error {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}
 	s.cmd, s.exited = cmd, exited
-	if err := waitReady(s.ConnString(s.Addr()), exited); err != nil {
+	if err := waitReady(s.ConnString(s.Addr()), s.data(), exited); err != nil {
 		select {
 		case <-exited:
 		default:
@@ -255,16 +255,28 @@ func start(cmd *exec.Cmd) (exited chan struct{}, err error) {
 	return exited, nil
 }
 
-// waitReady returns once a connection through connString succeeds, or an
-// error if the process behind it exits first or readyTimeout passes.
-func waitReady(connString string, exited <-chan struct{}) error {
+// waitReady returns once a connection through connString reaches the
+// server of the data folder data, or an error if the process behind it
+// exits first or readyTimeout passes. A server of another test that took
+// the port, while this one could not listen on it, is not taken for this
+// one.
+func waitReady(connString, data string, exited <-chan struct{}) error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		c, err := pgx.Connect(ctx, connString)
+		if err == nil {
+			var dir string
+			// The simple protocol: PgBouncer in transaction mode may
+			// stand between.
+			err = c.QueryRow(ctx, "SHOW data_directory", pgx.QueryExecModeSimpleProtocol).Scan(&dir)
+			if err == nil && dir != data {
+				err = fmt.Errorf("the server there serves %s, not %s", dir, data)
+			}
+			c.Close(context.Background())
+		}
 		cancel()
 		if err == nil {
-			c.Close(context.Background())
 			return nil
 		}
 		select {
