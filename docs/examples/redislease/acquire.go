@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // retryPause spaces the attempts after a failure, at most; the first retry
@@ -47,28 +49,39 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 	pause := retryPause / 10
 	var last error // what kept the last attempt from a grant, for a Lock cut by ctx
 	fail := func(e error) error {
-		if sent {
-			c.giveUp(ep, key, id)
-		}
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 			// A read or dial bounded by ctx's deadline may time out a
 			// moment before ctx reports it: report ctx's error all the
 			// same.
 			<-ctx.Done()
 		}
-		if ctx.Err() == nil {
-			return e
+		// Decided before giveUp, which may outlast ctx.
+		err := e
+		if ctx.Err() != nil {
+			cause := last
+			if isServerError(e) {
+				cause = e
+			}
+			err = ctx.Err()
+			if cause != nil {
+				err = fmt.Errorf("%w (the last attempt: %w)", ctx.Err(), cause)
+			}
 		}
-		if last != nil {
-			return fmt.Errorf("%w (the last attempt: %w)", ctx.Err(), last)
+		if sent {
+			c.giveUp(ep, key, id)
 		}
-		return ctx.Err()
+		return err
 	}
 	backoff := func() {
 		sleep(ctx, pause)
 		pause = min(2*pause, retryPause)
 	}
 	for {
+		if ep.clientClosed() {
+			// No Sentinel or Cluster map to ask any more: a grant could
+			// not be checked.
+			return g, fail(fmt.Errorf("the client was closed while Lock waited: %w", redis.ErrClosed))
+		}
 		if lc == nil || fc == nil {
 			var e error
 			if lc == nil {
@@ -84,7 +97,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 				}
 			}
 			if e != nil {
-				if first || permanent(e) || ctx.Err() != nil {
+				if first && !transient(e) || permanent(e) || ctx.Err() != nil {
 					return g, fail(e)
 				}
 				last = e
@@ -146,7 +159,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 			return g, fail(ctx.Err())
 		}
 		if e != nil {
-			if first || permanent(e) {
+			if first && !transient(e) || permanent(e) {
 				return g, fail(e)
 			}
 			// The connection failed, or the server is not the primary
@@ -179,10 +192,12 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 				// Asked after the grant was confirmed: a primary that
 				// Sentinel replaced before then is not named any more.
 				if e := ep.checkPrimary(ctx, lc.addr()); e != nil {
-					// Not a grant. The next attempt dials the primary
-					// Sentinel names; if that is this one after all, it
-					// finds the key this lease's and grants it again.
+					// Not a grant, and the key is given back where it was
+					// written, so that it blocks no one for a TTL. The
+					// next attempt dials the primary Sentinel names; if
+					// that is this one after all, it grants the key again.
 					last = e
+					release(ctx, lc, key, id)
 					lc, fc = dropDead(lc, true), dropDead(fc, true)
 					backoff()
 					continue
@@ -191,6 +206,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 			return grant{lc: lc, fc: fc, token: n, sent: at, need: need}, nil
 		}
 		pause = retryPause / 10
+		last = fmt.Errorf("the key is held by another lease, its expiry %d ms away", n)
 		// Held by another: wait for its key to change (tracking), to
 		// expire, or for the retry period.
 		wait := c.RetryPeriod
@@ -240,9 +256,9 @@ var errUnsettled = errors.New("no replica has followed the primary for the TTL y
 // least one behind Sentinel. Behind Sentinel, it returns errUnsettled
 // until one of them has followed the primary for the TTL.
 //
-// Both rules stop a primary that Sentinel replaced while it was paused or
-// cut off, and that believes itself the primary once it is back, from
-// granting a key that the new primary grants too:
+// Both rules stop a primary that Sentinel replaced while it was paused,
+// and that believes itself the primary once it is back, from granting a
+// key that the new primary grants too:
 //
 //   - its replicas follow the new primary, so it lists none: a grant there
 //     would be confirmed by none (a primary that truly lost every replica
@@ -285,12 +301,15 @@ func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, err
 	}
 	reps, _ := l[2].([]any)
 	need := len(reps)
-	if c.Replicas > 0 {
-		need = c.Replicas
-	}
 	if !sentinel {
+		if c.Replicas > 0 {
+			need = c.Replicas
+		}
 		return need, nil
 	}
+	// Behind Sentinel, Config.Replicas is a floor under ROLE's count: a
+	// replica left out could be the one promoted.
+	need = max(need, c.Replicas, 1)
 	list, _ := rs[1].v.(string)
 	settle := int((c.TTL + time.Second - 1) / time.Second) // whole seconds, as CLIENT LIST counts
 	settled, ages := 0, []string{}
@@ -307,7 +326,7 @@ func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, err
 	if settled == 0 {
 		return 0, fmt.Errorf("%w: %s lists %d replicas, connected for %s s (%d s needed)", errUnsettled, lc.addr(), len(reps), strings.Join(ages, ", "), settle)
 	}
-	return max(need, 1), nil
+	return need, nil
 }
 
 // giveUpTimeout bounds the release of a key that a Lock cut by its context
@@ -324,6 +343,12 @@ func (c Config) giveUp(ep *endpoint, key, id string) {
 		return // the key expires
 	}
 	defer cn.close()
+	release(ctx, cn, key, id)
+}
+
+// release deletes key on cn if it holds the lease id. The key expires if
+// this fails.
+func release(ctx context.Context, cn *conn, key, id string) {
 	script := `
 local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
@@ -349,6 +374,17 @@ func code(err error) string {
 func readOnly(err error) bool {
 	var se *serverError
 	return errors.As(err, &se) && (se.code() == "READONLY" || strings.Contains(se.msg, "-READONLY "))
+}
+
+// transient reports whether err is an answer a Cluster or a server gives
+// for a moment: a slot moving, a server loading its data or busy. Not a
+// mistake, even on a Lock's first attempt.
+func transient(err error) bool {
+	switch code(err) {
+	case "ASK", "MOVED", "TRYAGAIN", "LOADING", "BUSY", "CLUSTERDOWN", "MASTERDOWN":
+		return true
+	}
+	return false
 }
 
 // permanent reports whether err is a refusal no retry mends: a missing

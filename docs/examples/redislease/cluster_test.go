@@ -119,8 +119,8 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 				}
 			}
 			t.Logf("%d trials: B granted at most %v after A's Unlock; A lost at its deadline across the %s in %d", *clusterTrials, worst, m.name, lost)
-			if lost == *clusterTrials {
-				t.Errorf("A lost across every %s", m.name)
+			if *clusterTrials >= 3 && lost > *clusterTrials/2 {
+				t.Errorf("A lost across %d of %d %ss", lost, *clusterTrials, m.name)
 			}
 
 			// A holder whose key moved is told of an operator's DEL on
@@ -133,7 +133,10 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 			if err := cl.Del(t.Context(), key).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := waitLost(t, a, time.Second); !errors.Is(err, redislease.ErrDeleted) {
+			switch err := waitLost(t, a, time.Second); {
+			case errors.Is(err, redislease.ErrRenewalUnconfirmed):
+				t.Logf("A lost at its deadline across the %s, before the DEL: %v", m.name, err)
+			case !errors.Is(err, redislease.ErrDeleted):
 				t.Errorf("Err() after a DEL on the slot's new primary = %v, want ErrDeleted", err)
 			}
 		})

@@ -73,11 +73,12 @@ type Config struct {
 	// means every replica the primary lists as connected (ROLE) when the
 	// key is granted; a renewal then needs as many acknowledgements as the
 	// grant had. A primary without replicas waits for none, except behind
-	// Sentinel: there a grant needs one replica at least, and waits until
-	// one of the primary's replicas has followed it for the TTL, so that a
-	// primary Sentinel replaced while it was paused or cut off, back and
-	// still writable, cannot confirm a grant that the new primary gives too
-	// (the README's "The deadline"). Negative is refused.
+	// Sentinel: there Replicas is a floor under the count ROLE lists, a
+	// grant needs one replica at least, and it waits until one of the
+	// primary's replicas has followed it for the TTL, so that a primary
+	// Sentinel replaced while it was paused, back and still writable,
+	// cannot confirm a grant that the new primary gives too (the README's
+	// "The deadline"). Negative is refused.
 	Replicas int
 }
 

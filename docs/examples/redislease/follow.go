@@ -52,17 +52,25 @@ func (l *Lease) follow(ctx context.Context, fc *conn) {
 				pause = min(2*pause, retryPause)
 				continue
 			}
-			pause = retryPause / 10
 			if !l.check(ctx, fc, "a reconnection to "+fc.addr(), false) {
 				return
+			}
+			select {
+			case <-fc.dead: // the read failed: the pause grows
+			default:
+				pause = retryPause / 10
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-fc.dead:
+			// A read that keeps failing (ASK while the key's slot
+			// migrates, LOADING) must not turn into a storm of dials.
 			fc.close()
 			fc = nil
+			sleep(ctx, pause)
+			pause = min(2*pause, retryPause)
 			continue
 		case p := <-fc.pushes:
 			flushed = len(p) > 1 && p[1] == nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -65,10 +66,11 @@ type Lease struct {
 //
 // ctx bounds the wait only; a Lock it cuts leaves no goroutine and no key
 // behind. A mistake fails the first attempt and returns at once: a wrong
-// address or password, a missing permission (the lease needs EVAL, WAIT,
-// ROLE, GET, PTTL, CLIENT TRACKING and HELLO, and inside its script TIME,
-// INCR, SET and PEXPIRE; behind Sentinel, CLIENT LIST too), a replica's
-// address, an invalid Config. Later failures are retried until ctx ends. The lease lasts
+// address or password, a missing permission (the lease needs HELLO, EVAL,
+// WAIT, ROLE, GET, PTTL and CLIENT TRACKING, and in its scripts TIME,
+// INCR, SET, PEXPIRE and DEL; SELECT with a database other than 0; ASKING
+// on a Cluster; CLIENT LIST behind Sentinel, and ROLE there even with
+// Config.Replicas), a replica's address, an invalid Config. Later failures are retried until ctx ends. The lease lasts
 // until it is lost or [Lease.Unlock] is called; a grant whose answer came
 // after its deadline gives a lease already lost.
 func (c Config) Lock(ctx context.Context, rdb redis.UniversalClient, key string) (*Lease, error) {
@@ -175,11 +177,43 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			_, err = cn.do(ctx, "EVAL", unlockScript, "1", l.key, l.value)
 			cn.close()
 		}
+		if f := strings.Fields(fmt.Sprint(err)); (code(err) == "MOVED" || code(err) == "ASK") && len(f) >= 3 {
+			// The key's Cluster slot moved, or is moving: release it
+			// where the redirection says, as a Cluster client would.
+			err = l.unlockAt(ctx, code(err) == "ASK", f[2])
+		}
 		if err != nil {
 			l.err = fmt.Errorf("redislease: unlock %q: %w", l.key, err)
 		}
 	})
 	return l.err
+}
+
+// unlockAt runs the unlock script on the Cluster node at addr, behind
+// ASKING if asking.
+func (l *Lease) unlockAt(ctx context.Context, asking bool, addr string) error {
+	if !asking {
+		l.ep.redirect(addr)
+	}
+	cn, err := l.ep.dialAt(ctx, false, addr)
+	if err != nil {
+		return err
+	}
+	defer cn.close()
+	cmds := [][]any{{"EVAL", unlockScript, "1", l.key, l.value}}
+	if asking {
+		cmds = append([][]any{{"ASKING"}}, cmds...)
+	}
+	rs, err := cn.pipe(ctx, cmds...)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return nil
 }
 
 func (l *Lease) setServer(addr string) { l.server.Store(&addr) }

@@ -60,8 +60,9 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 		}
 		sent := time.Now() // before the send: never later than Redis runs it
 		rs, err := lc.pipe(rctx, cmds...)
+		server := lc.addr()
 		if err == nil && code(rs[0].err) == "ASK" {
-			rs, err = l.renewAsking(rctx, rs[0].err, cmds)
+			rs, server, err = l.renewAsking(rctx, rs[0].err, cmds)
 		}
 		cancel()
 		if ctx.Err() != nil {
@@ -103,7 +104,7 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 			}
 		}
 		l.deadline.apply(sent)
-		l.setServer(lc.addr())
+		l.setServer(server)
 		if l.need > 0 {
 			if err := rs[1].err; permanent(err) {
 				l.lose(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), err))
@@ -127,22 +128,23 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 // names, behind ASKING, as a Cluster client does: the key's slot is
 // migrating, and the key has moved to that node already. Until the slot is
 // reassigned, the renewal is confirmed there or nowhere.
-func (l *Lease) renewAsking(ctx context.Context, ask error, cmds [][]any) ([]reply, error) {
+// It returns the replies and the address of the node that gave them.
+func (l *Lease) renewAsking(ctx context.Context, ask error, cmds [][]any) ([]reply, string, error) {
 	f := strings.Fields(ask.Error()) // ASK slot host:port
 	if len(f) < 3 {
-		return nil, ask
+		return nil, "", ask
 	}
 	cn, err := l.ep.dialAt(ctx, false, f[2])
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer cn.close()
 	rs, err := cn.pipe(ctx, append([][]any{{"ASKING"}}, cmds...)...)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if rs[0].err != nil {
-		return nil, rs[0].err
+		return nil, "", rs[0].err
 	}
-	return rs[1:], nil
+	return rs[1:], cn.addr(), nil
 }

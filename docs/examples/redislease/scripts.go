@@ -23,8 +23,10 @@ package redislease
 // written with %d, since Lua's own conversion of such a number to a string
 // uses an exponent.
 //
-// TIME runs first and writes nothing: a user whose ACL lacks a command of
-// the script is refused before any write, and call names the command.
+// TIME, GET and INCR run before the first write, and call names a command
+// the user's ACL refuses: a user without TIME or GET is refused before any
+// write, and one without SET or PEXPIRE after INCR counted a token that no
+// grant uses, which keeps tokens growing all the same.
 //
 // KEYS[1] the key, KEYS[2] its token counter; ARGV[1] the id, ARGV[2] the
 // TTL in milliseconds.

@@ -51,6 +51,11 @@ func newEndpoint(rdb redis.UniversalClient, key string, bound time.Duration) (*e
 		sentinel := c.Options().Addr == "FailoverClient"
 		return &endpoint{rdb: rdb, key: key, sentinel: sentinel, bound: bound}, nil
 	case *redis.ClusterClient:
+		if c.Options().ClusterSlots != nil {
+			// redis.NewFailoverClusterClient routes a Sentinel group so:
+			// the lease would miss every rule it keeps behind Sentinel.
+			return nil, errors.New("a Cluster client whose slots come from ClusterSlots (redis.NewFailoverClusterClient among them) is not supported: pass redis.NewFailoverClient for a Sentinel group")
+		}
 		return &endpoint{rdb: rdb, key: key, cluster: c, bound: bound}, nil
 	}
 	return nil, fmt.Errorf("a %T is not supported: pass a *redis.Client (redis.NewClient, or redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient", rdb)
@@ -187,12 +192,14 @@ func dialWithin(ctx context.Context, dialer func(context.Context, string, string
 	}
 }
 
-// checkPrimary asks a Sentinel client's Sentinels which server is the
-// primary now, and returns an error unless it is the one at addr. A primary
-// that Sentinel replaced while it was paused or cut off believes it is still
-// the primary once it is back, until a Sentinel makes it a replica seconds
-// later; its replicas follow the new primary, so it lists none, and a grant
-// there is confirmed by none. Only Sentinel knows.
+// checkPrimary asks a Sentinel, through a Sentinel client's dialer, which
+// server is the primary now, and returns an error unless it is the one at
+// addr. A primary that Sentinel replaced while it was paused believes it is
+// still the primary once it is back, until a Sentinel makes it a replica
+// seconds later, and a replica that Sentinel has not yet moved may still
+// confirm a grant there. go-redis asks one Sentinel, the last that
+// answered: one that has not yet heard of the failover still names the old
+// primary, and only the rules of Config.replicas cover that.
 func (e *endpoint) checkPrimary(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, e.bound)
 	defer cancel()
@@ -206,7 +213,7 @@ func (e *endpoint) checkPrimary(ctx context.Context, addr string) error {
 	named := nc.RemoteAddr().String()
 	nc.Close()
 	if named != addr {
-		return fmt.Errorf("Sentinel names %s the primary, not %s, the server that granted the key: a primary replaced while it was paused or cut off", named, addr)
+		return fmt.Errorf("the Sentinel asked names %s the primary, not %s, the server that granted the key: a primary replaced while it was paused", named, addr)
 	}
 	return nil
 }
