@@ -311,20 +311,23 @@ func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, err
 	// replica left out could be the one promoted.
 	need = max(need, c.Replicas, 1)
 	list, _ := rs[1].v.(string)
-	settle := int((c.TTL + time.Second - 1) / time.Second) // whole seconds, as CLIENT LIST counts
+	// CLIENT LIST's age is the difference of two whole seconds of the
+	// server's clock, so an age of n proves only more than n-1 seconds:
+	// more than the TTL, rounded up, proves the TTL.
+	settle := int((c.TTL + time.Second - 1) / time.Second)
 	settled, ages := 0, []string{}
 	for line := range strings.Lines(list) {
 		for field := range strings.FieldsSeq(line) {
 			if age, ok := strings.CutPrefix(field, "age="); ok {
 				ages = append(ages, age)
-				if n, err := strconv.Atoi(age); err == nil && n >= settle {
+				if n, err := strconv.Atoi(age); err == nil && n > settle {
 					settled++
 				}
 			}
 		}
 	}
 	if settled == 0 {
-		return 0, fmt.Errorf("%w: %s lists %d replicas, connected for %s s (%d s needed)", errUnsettled, lc.addr(), len(reps), strings.Join(ages, ", "), settle)
+		return 0, fmt.Errorf("%w: %s lists %d replicas, connected for %s s (more than %d s needed)", errUnsettled, lc.addr(), len(reps), strings.Join(ages, ", "), settle)
 	}
 	return need, nil
 }

@@ -68,3 +68,38 @@ func TestReplicaCutStopsRenewals(t *testing.T) {
 	}
 	t.Logf("lost %v after the cut; the primary still has the key for %v", took.Round(time.Millisecond), ttl)
 }
+
+// TestSentinelGrantWaitsForASettledReplica: behind Sentinel, a grant waits
+// until a replica has followed the primary for the TTL; replicas that just
+// reconnected (as after a failover) hold it back that long.
+func TestSentinelGrantWaitsForASettledReplica(t *testing.T) {
+	g := redistest.StartGroup(t, 2)
+	if err := g.Primary.Client(t).ClientKillByFilter(t.Context(), "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	l := mustLock(t, short, g.FailoverClient(t), keyName(t))
+	if took := time.Since(killed); took < short.TTL {
+		t.Errorf("granted %v after the replicas reconnected, want the TTL %v at least", took, short.TTL)
+	}
+	l.Unlock(context.Background())
+}
+
+// TestSentinelGrantNeedsAReplica: behind Sentinel, a primary that lists no
+// replica grants nothing; a Lock cut by its context says why.
+func TestSentinelGrantNeedsAReplica(t *testing.T) {
+	g := redistest.StartGroup(t, 2)
+	for _, r := range g.Replicas {
+		r.Kill()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*short.TTL)
+	defer cancel()
+	l, err := short.Lock(ctx, g.FailoverClient(t), keyName(t))
+	if err == nil {
+		l.Unlock(context.Background())
+		t.Fatal("Lock granted on a primary behind Sentinel that lists no replica")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "lists 0 replicas") {
+		t.Errorf("Lock = %v, want the context's deadline and the primary's 0 replicas", err)
+	}
+}
