@@ -29,8 +29,10 @@ var (
 const (
 	// faultTTL is the TTL of the fault trials, A's and A′'s alike.
 	faultTTL = 2 * time.Second
-	// grantBound bounds the wait for B's grant after a fault.
-	grantBound = 25 * time.Second
+	// grantBound bounds the wait for B's grant after a fault: a failover
+	// within redistest.FailoverWithin, then, behind Sentinel, a replica
+	// that follows the new primary for a TTL, then A's key's expiry.
+	grantBound = redistest.FailoverWithin + 3*faultTTL
 	// benignWindow is how long a benign fault lasts: two TTLs, in which a
 	// lease that could not renew would have been lost.
 	benignWindow = 2 * faultTTL
@@ -59,6 +61,12 @@ func newMutex(rdb redis.UniversalClient, name string, opts ...redsync.Option) *r
 // holdPeer locks name with redsync and extends it every third of the
 // expiry until an Extend fails.
 func holdPeer(ctx context.Context, rdb redis.UniversalClient, name string) (*peerHolder, error) {
+	// redsync gives a try a twentieth of the expiry, 100 ms: too little
+	// for a client's first dial, which asks a Sentinel first. A Ping
+	// makes that dial outside the try.
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("A′'s client: %w", err)
+	}
 	m := newMutex(rdb, name, redsync.WithTries(1))
 	if err := m.LockContext(ctx); err != nil {
 		return nil, fmt.Errorf("A′'s Lock: %w", err)

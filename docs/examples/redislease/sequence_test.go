@@ -33,8 +33,8 @@ const (
 	// convertAfter is how long a resumed old primary may stay a writable
 	// primary: a Sentinel that sees a primary it no longer names waits for
 	// it to be up four publish periods (8 s) before it makes it a replica,
-	// and reads it every second.
-	convertAfter = 12 * time.Second
+	// and reads a replica's INFO every 10 s.
+	convertAfter = 20 * time.Second
 )
 
 // A sequence is a row of the sequences table: apply runs its faults on g
