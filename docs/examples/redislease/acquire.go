@@ -379,6 +379,20 @@ func readOnly(err error) bool {
 	return errors.As(err, &se) && (se.code() == "READONLY" || strings.Contains(se.msg, "-READONLY "))
 }
 
+// redirected returns the address a Cluster's MOVED or ASK (as want says)
+// sends a command to: "MOVED slot host:port".
+func redirected(err error, want string) (string, bool) {
+	var se *serverError
+	if !errors.As(err, &se) || se.code() != want {
+		return "", false
+	}
+	f := strings.Fields(se.msg)
+	if len(f) < 3 {
+		return "", false
+	}
+	return f[2], true
+}
+
 // transient reports whether err is an answer a Cluster or a server gives
 // for a moment: a slot moving, a server loading its data or busy. Not a
 // mistake, even on a Lock's first attempt.

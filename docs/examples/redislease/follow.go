@@ -3,7 +3,6 @@ package redislease
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -96,10 +95,8 @@ func (l *Lease) check(ctx context.Context, fc *conn, what string, flushed bool) 
 	rs, err := fc.pipe(rctx, []any{"GET", l.key}, []any{"PTTL", l.key})
 	answered := time.Now()
 	if err != nil || rs[0].err != nil || rs[1].err != nil {
-		if err == nil {
-			if f := strings.Fields(fmt.Sprint(rs[0].err)); code(rs[0].err) == "MOVED" && len(f) >= 3 {
-				l.ep.redirect(f[2]) // MOVED slot host:port
-			}
+		if addr, ok := redirected(rs[0].err, "MOVED"); err == nil && ok {
+			l.ep.redirect(addr)
 		}
 		fc.fail(fmt.Errorf("the read of the key failed"))
 		return true

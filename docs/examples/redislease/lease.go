@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -177,10 +176,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			_, err = cn.do(ctx, "EVAL", unlockScript, "1", l.key, l.value)
 			cn.close()
 		}
-		if f := strings.Fields(fmt.Sprint(err)); (code(err) == "MOVED" || code(err) == "ASK") && len(f) >= 3 {
-			// The key's Cluster slot moved, or is moving: release it
-			// where the redirection says, as a Cluster client would.
-			err = l.unlockAt(ctx, code(err) == "ASK", f[2])
+		if addr, ok := redirected(err, "MOVED"); ok {
+			// The key's Cluster slot moved: release it where the
+			// redirection says, as a Cluster client would.
+			err = l.unlockAt(ctx, false, addr)
+		} else if addr, ok := redirected(err, "ASK"); ok {
+			err = l.unlockAt(ctx, true, addr) // the slot is moving
 		}
 		if err != nil {
 			l.err = fmt.Errorf("redislease: unlock %q: %w", l.key, err)

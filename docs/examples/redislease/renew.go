@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -85,8 +84,8 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 			}
 			// LOADING, BUSY, MOVED, TRYAGAIN: another server, or the same
 			// one later.
-			if f := strings.Fields(err.Error()); code(err) == "MOVED" && len(f) >= 3 {
-				l.ep.redirect(f[2]) // MOVED slot host:port
+			if addr, ok := redirected(err, "MOVED"); ok {
+				l.ep.redirect(addr)
 			}
 			lc.close()
 			lc = nil
@@ -130,11 +129,11 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 // reassigned, the renewal is confirmed there or nowhere.
 // It returns the replies and the address of the node that gave them.
 func (l *Lease) renewAsking(ctx context.Context, ask error, cmds [][]any) ([]reply, string, error) {
-	f := strings.Fields(ask.Error()) // ASK slot host:port
-	if len(f) < 3 {
+	addr, ok := redirected(ask, "ASK")
+	if !ok {
 		return nil, "", ask
 	}
-	cn, err := l.ep.dialAt(ctx, false, f[2])
+	cn, err := l.ep.dialAt(ctx, false, addr)
 	if err != nil {
 		return nil, "", err
 	}
