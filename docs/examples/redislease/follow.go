@@ -95,8 +95,10 @@ func (l *Lease) check(ctx context.Context, fc *conn, what string, flushed bool) 
 	rs, err := fc.pipe(rctx, []any{"GET", l.key}, []any{"PTTL", l.key})
 	answered := time.Now()
 	if err != nil || rs[0].err != nil || rs[1].err != nil {
-		if addr, ok := redirected(rs[0].err, "MOVED"); err == nil && ok {
-			l.ep.redirect(addr)
+		if err == nil {
+			if addr, ok := redirected(rs[0].err, "MOVED"); ok {
+				l.ep.redirect(addr)
+			}
 		}
 		fc.fail(fmt.Errorf("the read of the key failed"))
 		return true
