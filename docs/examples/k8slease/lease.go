@@ -31,8 +31,9 @@ type Lease struct {
 	acquired time.Time // the acquireTime this holder wrote
 	trans    int32     // the leaseTransitions this holder wrote
 
-	stop     context.CancelFunc // stops renewing and following
-	workers  sync.WaitGroup     // the renewer and the watcher
+	stop      context.CancelFunc // stops renewing and following
+	stopRenew context.CancelFunc // stops renewing only
+	workers   sync.WaitGroup     // the renewer and the watcher
 	deadline deadline
 
 	once sync.Once
@@ -107,7 +108,8 @@ func (c Config) Lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 		trans:    transitionsOf(got),
 	}
 	fctx, stop := context.WithCancel(context.Background())
-	l.stop = stop
+	rctx, stopRenew := context.WithCancel(fctx)
+	l.stop, l.stopRenew = stop, stopRenew
 	// The deadline's timer loses the lease whatever the goroutines below
 	// are doing; it is armed before they start.
 	l.deadline.start(c, sent, l.lose)
@@ -115,7 +117,7 @@ func (c Config) Lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 	go func() {
 		defer l.workers.Done()
 		defer unreserve() // the lease sends no more renewals
-		l.renew(fctx, got)
+		l.renew(rctx, got)
 	}()
 	go func() {
 		defer l.workers.Done()
@@ -172,6 +174,21 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	})
 	return l.err
 }
+
+// StopRenewing stops the renewals and leaves the record as it stands: the
+// lease runs out at its deadline, where the signal is lost
+// ([ErrRenewalUnconfirmed]), and another candidate takes the Lease over once
+// the record expires, as it takes a crashed holder's. The Lease is still
+// watched until then, so a takeover or a deletion is still seen at once.
+//
+// StopRenewing is for a holder whose work under the lease did not stop when
+// asked: releasing the Lease would let the next holder in while that work
+// still runs, and renewing it would keep the work's lease alive for as long
+// as the process lives. It returns at once; it does nothing to a lease lost
+// or released, and successive calls do nothing more. [Lease.Unlock] may
+// still be called afterwards: it releases the record if it is still this
+// holder's.
+func (l *Lease) StopRenewing() { l.stopRenew() }
 
 // lose loses the lease with cause, unless it was released, and stops
 // renewing and following it.

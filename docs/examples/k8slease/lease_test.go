@@ -276,3 +276,37 @@ func TestWatchEndIsNotALoss(t *testing.T) {
 		t.Fatalf("Err() = %v, want ErrTakenOver seen by the watch", err)
 	}
 }
+
+// TestStopRenewingRunsOut stops a holder's renewals without a release: its
+// signal is lost at its deadline, the record still names it until then,
+// and a waiting candidate is granted only after the loss.
+func TestStopRenewingRunsOut(t *testing.T) {
+	cfg := k8slease.Config{LeaseDuration: 2 * time.Second}
+	cs := clientset(t, shared.Config())
+	name := leaseName(t)
+	a := mustLock(t, cfg, cs, name, "a")
+	a.StopRenewing()
+	a.StopRenewing() // a second call does nothing more
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	b := lockAsync(ctx, cfg, clientset(t, shared.Config()), name, "b")
+	if got := holderOf(t, cs, name); got != "a" {
+		t.Fatalf("after StopRenewing the record names %q, want a: nothing is released", got)
+	}
+	err := waitLost(t, a, 5*time.Second)
+	lostAt := time.Now()
+	if !isLost(err, k8slease.ErrRenewalUnconfirmed) {
+		t.Fatalf("after StopRenewing the lease was lost with %v, want ErrRenewalUnconfirmed", err)
+	}
+	g := <-b
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	defer g.l.Unlock(context.Background())
+	if g.at.Before(lostAt) {
+		t.Fatalf("b was granted %v before a's signal was lost", lostAt.Sub(g.at))
+	}
+	if g.l.Token() <= a.Token() {
+		t.Fatalf("b's token %d is not larger than a's %d", g.l.Token(), a.Token())
+	}
+}
