@@ -34,7 +34,7 @@ type Lease struct {
 	stop      context.CancelFunc // stops renewing and following
 	stopRenew context.CancelFunc // stops renewing only
 	workers   sync.WaitGroup     // the renewer and the watcher
-	deadline deadline
+	deadline  deadline
 
 	once sync.Once
 	err  error // the release's outcome, set once

@@ -105,5 +105,3 @@ func follow(ctx context.Context, t testing.TB, p *kubetest.Process, b *book, who
 		b.mu.Unlock()
 	}
 }
-
-
