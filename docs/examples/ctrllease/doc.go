@@ -39,8 +39,10 @@
 //
 // The term's Manager differs from the Manager in four ways: its Add
 // registers the work of the term only; its GetClient returns the Manager's
-// client gated by [GateClient], so a write made after the loss fails
-// without a request; its cache removes, at the end of the term, every event
+// client gated as by [GateClient], and by the lease's deadline as well
+// ([k8slease.Lease.Deadline], read before each write, so that a process
+// paused past its deadline refuses a write before the lease's timer has
+// run): a write made after the loss fails without a request; its cache removes, at the end of the term, every event
 // handler the term's controllers put on the shared informers; and the
 // controllers built on it skip controller-runtime's check that controller
 // names are unique in the process, since each term builds its controllers

@@ -221,7 +221,7 @@ func (e *Elector) lead(ctx context.Context, lease *k8slease.Lease) error {
 	e.leading.Store(true)
 	log := e.log.WithValues("term", number, "token", lease.Token())
 	log.Info("leading")
-	t := newTerm(e.mgr, number, lease)
+	t := newTerm(e.mgr, number, lease, e.subject)
 
 	if err := e.callSetup(t, lease); err != nil {
 		t.cache.end()

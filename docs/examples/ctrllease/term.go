@@ -36,9 +36,9 @@ type term struct {
 	running   map[int]string // what has not returned yet, by index
 }
 
-func newTerm(mgr manager.Manager, number int, lease *k8slease.Lease) *term {
+func newTerm(mgr manager.Manager, number int, lease *k8slease.Lease, subject string) *term {
 	t := &term{Manager: mgr, number: number, lease: lease}
-	t.client = GateClient(mgr.GetClient(), lease.Signal())
+	t.client = gateLease(mgr.GetClient(), lease, subject)
 	t.cache = &termCache{Cache: mgr.GetCache()}
 	return t
 }

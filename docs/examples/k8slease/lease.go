@@ -175,6 +175,16 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return l.err
 }
 
+// Deadline returns the moment the lease is lost unless a renewal sent
+// before it is confirmed: the start of the second of the last confirmed
+// renewal's send time, plus the lease duration, less the margin. The
+// signal is lost at that moment by a timer; a holder that was not running
+// then (a process paused, a machine suspended) runs again before the timer
+// does, and may compare time.Now() with Deadline before a write to refuse
+// it without waiting for the signal. After the loss or the release it
+// returns the last deadline kept.
+func (l *Lease) Deadline() time.Time { return l.deadline.current() }
+
 // StopRenewing stops the renewals and leaves the record as it stands: the
 // lease runs out at its deadline, where the signal is lost
 // ([ErrRenewalUnconfirmed]), and another candidate takes the Lease over once

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -61,20 +61,34 @@ func childReplica(c *kubetest.Child) error {
 // emitter tells the parent of a writer's spans.
 type emitter struct{ c *kubetest.Child }
 
-func (e *emitter) emit(what string, term int, cause error) {
-	if cause != nil {
+func (e *emitter) emit(what string, term int, cause error, at time.Time) {
+	switch {
+	case what == "write":
+		e.c.Emit(fmt.Sprintf("%s %d %d", what, term, at.UnixNano()))
+	case cause != nil:
 		e.c.Emit(fmt.Sprintf("%s %d %s", what, term, strings.ReplaceAll(cause.Error(), "\n", " ")))
-		return
+	default:
+		e.c.Emit(fmt.Sprintf("%s %d", what, term))
 	}
-	e.c.Emit(fmt.Sprintf("%s %d", what, term))
 }
 
 // follow reads p's events into b as who's, until p exits or ctx ends.
-func follow(ctx context.Context, t testing.TB, p *kubetest.Process, b *book, who string) {
+func follow(ctx context.Context, p *kubetest.Process, b *book, who string) {
 	spans := map[int]*span{}
 	for {
 		ev, err := p.Next(ctx)
 		if err != nil {
+			if ctx.Err() == nil {
+				// The child exited: so did its work (a stock Manager
+				// that lost its election returns, and its process ends).
+				b.mu.Lock()
+				for _, s := range spans {
+					if s.end.IsZero() {
+						s.end = time.Now()
+					}
+				}
+				b.mu.Unlock()
+			}
 			return
 		}
 		fields := strings.SplitN(ev.Text, " ", 3)
@@ -91,8 +105,10 @@ func follow(ctx context.Context, t testing.TB, p *kubetest.Process, b *book, who
 			spans[term] = s
 			b.spans = append(b.spans, s)
 		case "write":
-			if s := spans[term]; s != nil {
-				s.lastWrite = ev.Time
+			if s := spans[term]; s != nil && len(fields) == 3 {
+				if ns, err := strconv.ParseInt(fields[2], 10, 64); err == nil {
+					s.lastWrite = time.Unix(0, ns)
+				}
 			}
 		case "end":
 			if s := spans[term]; s != nil {

@@ -50,6 +50,7 @@ var (
 func TestMain(m *testing.M) {
 	kubetest.ChildMain(map[string]kubetest.Role{
 		"replica": childReplica,
+		"stock":   childStock,
 	})
 	flag.Parse()
 	klog.SetLogger(logr.Discard())
@@ -143,9 +144,11 @@ func (b *book) begin(who string, term int) *span {
 	return s
 }
 
-func (b *book) wrote(s *span) {
+func (b *book) wrote(s *span) { b.wroteAt(s, time.Now()) }
+
+func (b *book) wroteAt(s *span, at time.Time) {
 	b.mu.Lock()
-	s.lastWrite = time.Now()
+	s.lastWrite = at
 	b.mu.Unlock()
 }
 
@@ -225,7 +228,7 @@ type writer struct {
 	// refused counts the writes that returned an error of package lost.
 	refused atomic.Int64
 	// emit, if set, tells another process of the spans as well.
-	emit func(what string, term int, cause error)
+	emit func(what string, term int, cause error, at time.Time)
 }
 
 func (w *writer) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -239,13 +242,17 @@ func (w *writer) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		if ctx.Err() != nil {
 			return reconcile.Result{}, nil
 		}
-		w.book.wrote(s)
-		w.tell("write", nil)
+		at := time.Now()
 		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{"writer":"%s-%d-%d"}}}`, w.who, w.term, n))
 		err := w.client.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}, patch)
 		var le *lost.Error
 		if errors.As(err, &le) {
-			w.refused.Add(1)
+			w.refused.Add(1) // refused by the gate: nothing sent
+		} else {
+			w.book.wroteAt(s, at)
+			if w.emit != nil {
+				w.emit("write", w.term, nil, at)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -256,7 +263,7 @@ func (w *writer) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 
 func (w *writer) tell(what string, cause error) {
 	if w.emit != nil {
-		w.emit(what, w.term, cause)
+		w.emit(what, w.term, cause, time.Now())
 	}
 }
 
@@ -316,7 +323,6 @@ type replicaOptions struct {
 	opts     func(*ctrllease.Options)
 	mgr      manager.Options
 	setup    ctrllease.Setup // nil means the writer's
-	noWriter bool
 }
 
 // startReplica starts a replica on the Lease name, with the writer of cm;

@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -34,18 +35,26 @@ var handoverTrials = flag.Int("handover.trials", 5, "hand-overs after a stop tha
 // renewed now.
 func takeOver(t testing.TB, name, holder string) {
 	t.Helper()
+	if err := overwrite(name, holder); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// overwrite is takeOver's work, again on a conflict.
+func overwrite(name, holder string) error {
 	leases := admin.CoordinationV1().Leases(ns)
 	for {
-		l, err := leases.Get(t.Context(), name, metav1.GetOptions{})
+		l, err := leases.Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		now := metav1.NewMicroTime(time.Now())
 		l.Spec.HolderIdentity = &holder
 		l.Spec.RenewTime = &now
 		l.Spec.AcquireTime = &now
-		if _, err = leases.Update(t.Context(), l, metav1.UpdateOptions{}); err == nil {
-			return
+		_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+		if err == nil || !apierrors.IsConflict(err) {
+			return err
 		}
 	}
 }
