@@ -43,3 +43,10 @@ faults-ctrl: k8s-apiserver
 	cd $(CTRL_TEST) && $(GO) test -count=1 -timeout 90m -v -run '^(TestFaults|TestMixedFleet|TestStopHandsOver)$$' . \
 		-faults.trials=$(CTRL_FAULT_TRIALS) -fleet.trials=$(CTRL_FLEET_TRIALS) -handover.trials=$(CTRL_FAULT_TRIALS) \
 		-faults.readme=../../../ctrllease/README.md -faults.command='make faults-ctrl'
+
+## demo-ctrl: two replicas of a small controller-runtime operator, each a
+## process, on a real kube-apiserver; an operator takes the leader's Lease,
+## its reconcile is cut with the cause and its writes refused, the other
+## replica leads, and the first leads again later; prints the timeline.
+demo-ctrl: k8s-apiserver
+	cd $(CTRL_TEST) && $(GO) run ./demo
