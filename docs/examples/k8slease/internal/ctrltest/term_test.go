@@ -484,3 +484,52 @@ func restricted(t *testing.T, verbs ...string) *rest.Config {
 	})
 	return cfg
 }
+
+// fence is a resource that remembers the largest token it accepted and
+// refuses smaller ones.
+type fence struct {
+	mu  sync.Mutex
+	max int64
+}
+
+func (f *fence) write(token int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if token < f.max {
+		return false
+	}
+	f.max = token
+	return true
+}
+
+// TestTokenFencesAnOldTerm has a term's lease taken over: the next term,
+// on the other replica, has a larger token, and a fence that accepted the
+// new term's write refuses the old term's.
+func TestTokenFencesAnOldTerm(t *testing.T) {
+	b := &book{}
+	name, cm := uniqueName(t), uniqueName(t)
+	makeConfigMap(t, cm)
+	a := startReplica(t, b, "a", name, cm, replicaOptions{})
+	waitLeading(t, b, a, 1)
+	bb := startReplica(t, b, "b", name, cm, replicaOptions{})
+	old := a.lease()
+	f := &fence{}
+	if !f.write(old.Token()) {
+		t.Fatal("the fence refused the first term's write")
+	}
+	takeOver(t, name, "operator")
+	waitFor(t, 20*time.Second, "a new term", func() bool { return bb.lease() != nil || len(b.setupsOf("a")) > 1 })
+	next := bb.lease()
+	if next == nil {
+		next = a.lease()
+	}
+	if next.Token() <= old.Token() {
+		t.Fatalf("the next term's token %d is not larger than the old term's %d", next.Token(), old.Token())
+	}
+	if !f.write(next.Token()) {
+		t.Fatal("the fence refused the next term's write")
+	}
+	if f.write(old.Token()) {
+		t.Fatal("the fence accepted the old term's write after the next term's")
+	}
+}
