@@ -11,7 +11,8 @@ import (
 )
 
 // release makes the working tree into the release version: versions.txt
-// and every published nested module's require of the root name version,
+// and every published nested module's require of the root, or of another
+// published module, name version,
 // go mod tidy runs where a go.mod changed, the API records are checked and
 // then rewritten to this release's API, and the install check runs. It
 // prints each file it changes and the tags to push; it commits, tags and
@@ -29,7 +30,16 @@ func release(root, version string) error {
 	}
 	fmt.Printf("release: versions.txt: every module at %s\n", version)
 	for _, p := range mods[1:] {
-		if requiredVersion(p, mods[0].Path) == "" {
+		// The root, and any other published module p requires, such as
+		// ctrllease's k8slease: all are released together.
+		var edits, names []string
+		for _, q := range mods {
+			if q.Path != p.Path && requiredVersion(p, q.Path) != "" {
+				edits = append(edits, "-require="+q.Path+"@"+version)
+				names = append(names, q.Path)
+			}
+		}
+		if len(edits) == 0 {
 			continue
 		}
 		dir := filepath.Join(root, p.Dir)
@@ -37,7 +47,7 @@ func release(root, version string) error {
 		if err != nil {
 			return err
 		}
-		if err := run(dir, nil, "go", "mod", "edit", "-require="+mods[0].Path+"@"+version); err != nil {
+		if err := run(dir, nil, "go", append([]string{"mod", "edit"}, edits...)...); err != nil {
 			return err
 		}
 		if err := run(dir, nil, "go", "mod", "tidy"); err != nil {
@@ -48,7 +58,7 @@ func release(root, version string) error {
 			return err
 		}
 		if !bytes.Equal(before, after) {
-			fmt.Printf("release: %s/go.mod: requires %s %s (go mod tidy run)\n", p.Dir, mods[0].Path, version)
+			fmt.Printf("release: %s/go.mod: requires %s %s (go mod tidy run)\n", p.Dir, strings.Join(names, ", "), version)
 		}
 	}
 	// The records are the API of the last release: a break since then
