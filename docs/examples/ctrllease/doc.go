@@ -35,10 +35,14 @@
 // this replica leads. Setup may call, on the Manager it is given, Add and
 // everything the controller builder calls; everything else the Manager owns
 // (webhooks, health checks, field indexes, metrics handlers) is registered
-// on the Manager before it starts, once, not by setup.
+// on the Manager before it starts, once, not by setup: the term's field
+// indexer refuses, and its webhook server's Register panics, naming the
+// call.
 //
-// The term's Manager differs from the Manager in four ways: its Add
-// registers the work of the term only; its GetClient returns the Manager's
+// The term's Manager differs from the Manager in these ways: its Add
+// registers the work of the term only, and guards the reconciler of a
+// controller on reconcile.Request so that a Reconcile a worker calls after
+// the term ended returns at once; its GetClient returns the Manager's
 // client gated as by [GateClient], and by the lease's deadline as well
 // ([k8slease.Lease.Deadline], read before each write, so that a process
 // paused past its deadline refuses a write before the lease's timer has

@@ -236,19 +236,40 @@ func (e *Elector) lead(ctx context.Context, lease *k8slease.Lease) error {
 	defer cancel(nil)
 	var failed error
 	var failOnce sync.Once
-	done := t.start(tctx, func(err error) {
-		failOnce.Do(func() {
-			failed = err
-			cancel(err)
+	var done <-chan struct{}
+	if lctx.Err() != nil {
+		// Lost during setup, or stopped: nothing of the term starts.
+		closed := make(chan struct{})
+		close(closed)
+		done = closed
+	} else {
+		done = t.start(tctx, func(err error) {
+			if lctx.Err() != nil {
+				// An error at the end of the term, such as a runnable
+				// that returns ctx.Err(): the end, not a failure.
+				log.V(1).Info("the term's work returned an error as it ended", "error", err.Error())
+				return
+			}
+			failOnce.Do(func() {
+				failed = err
+				cancel(err)
+			})
 		})
-	})
+	}
 
 	// Wait for the term's work to return: it returns when tctx ends (the
 	// loss, the Manager's stop, a runnable's failure), or before. Work that
 	// returns while the lease lives is done: the lease is held until it ends.
 	var stopping <-chan time.Time
+	stuck := time.NewTimer(e.opts.StopTimeout)
+	defer stuck.Stop()
 	for waiting := true; waiting; {
 		select {
+		case <-stuck.C:
+			if tctx.Err() != nil {
+				log.Info("the term's work has not returned since the term ended: this replica waits for it before campaigning again", "running", t.stillRunning())
+			}
+			stuck.Reset(e.opts.StopTimeout)
 		case <-done:
 			if tctx.Err() == nil {
 				<-tctx.Done()

@@ -10,12 +10,17 @@ import (
 	"sync"
 	"time"
 
+	"net/http"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/zukhruf/lease/docs/examples/k8slease"
 )
@@ -53,9 +58,71 @@ func (t *term) Add(r manager.Runnable) error {
 	if t.sealed {
 		return fmt.Errorf("ctrllease: Add on the Manager of term %d after its setup returned: a term's work is registered by its setup", t.number)
 	}
+	guardReconciler(r)
 	t.runnables = append(t.runnables, r)
 	return nil
 }
+
+// guardReconciler puts a guard in front of the reconciler of r, if r is a
+// controller of controller-runtime on reconcile.Request: its workers take
+// an item from the queue without looking at their context, so after the
+// loss a worker may still call Reconcile, with a context already done.
+// The guard returns at once then: nothing of a term starts after its end.
+// (Controllers on another request type are left as they are; their
+// Reconcile gets the done context.)
+func guardReconciler(r manager.Runnable) {
+	v := reflect.ValueOf(r)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return
+	}
+	f := v.Elem().FieldByName("Do")
+	if !f.IsValid() || !f.CanSet() || f.Type() != reflect.TypeFor[reconcile.Reconciler]() || f.IsNil() {
+		return
+	}
+	inner := f.Interface().(reconcile.Reconciler)
+	if _, ok := inner.(guard); ok {
+		return
+	}
+	f.Set(reflect.ValueOf(reconcile.Reconciler(guard{inner})))
+}
+
+// guard is a reconciler that does not call the one it guards once its
+// context is done.
+type guard struct{ r reconcile.Reconciler }
+
+func (g guard) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if ctx.Err() != nil {
+		return reconcile.Result{}, nil
+	}
+	return g.r.Reconcile(ctx, req)
+}
+
+// GetFieldIndexer refuses: a term registers no field index (see
+// termCache.IndexField).
+func (t *term) GetFieldIndexer() client.FieldIndexer { return t.cache }
+
+// GetWebhookServer returns the Manager's webhook server, whose Register
+// panics: webhooks are the Manager's, registered once, before Start. The
+// Manager's server is reached only by its other methods: a Manager makes
+// one, and runs it, the first time it is asked for it.
+func (t *term) GetWebhookServer() webhook.Server { return termWebhooks{t.Manager} }
+
+// termWebhooks is the Manager's webhook server, refusing registrations.
+type termWebhooks struct{ mgr manager.Manager }
+
+func (termWebhooks) Register(path string, _ http.Handler) {
+	panic(fmt.Sprintf("ctrllease: a webhook (%s) registered by a term's setup: register webhooks on the Manager, once, before Start; a second term would register the path again", path))
+}
+
+func (w termWebhooks) NeedLeaderElection() bool { return w.mgr.GetWebhookServer().NeedLeaderElection() }
+
+func (w termWebhooks) Start(ctx context.Context) error { return w.mgr.GetWebhookServer().Start(ctx) }
+
+func (w termWebhooks) StartedChecker() healthz.Checker {
+	return w.mgr.GetWebhookServer().StartedChecker()
+}
+
+func (w termWebhooks) WebhookMux() *http.ServeMux { return w.mgr.GetWebhookServer().WebhookMux() }
 
 // Elected is closed: the term's work runs only while this replica leads.
 func (t *term) Elected() <-chan struct{} { return closed }
@@ -180,6 +247,12 @@ func (c *termCache) GetInformerForKind(ctx context.Context, gvk schema.GroupVers
 		return nil, err
 	}
 	return &termInformer{Informer: i, cache: c}, nil
+}
+
+// IndexField refuses: an index added by one term would be added again by
+// the next, which the informer refuses.
+func (c *termCache) IndexField(_ context.Context, obj client.Object, field string, _ client.IndexerFunc) error {
+	return fmt.Errorf("ctrllease: IndexField(%T, %q) called by a term's setup: register field indexes on the Manager, once, before Start", obj, field)
 }
 
 // Start refuses: the Manager runs its cache.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -28,7 +29,9 @@ var (
 func stockOptions(name string) manager.Options {
 	d := leaseConfig.LeaseDuration
 	renew, retry := d*10/15, d*2/15
+	skip := true // several stock Managers in one process build a "writer" each
 	return manager.Options{
+		Controller:                    config.Controller{SkipNameValidation: &skip},
 		LeaderElection:                true,
 		LeaderElectionID:              name,
 		LeaderElectionNamespace:       ns,
@@ -199,6 +202,9 @@ func (tr *ctrlTrial) outcome() faulttrial.Trial {
 			out.Granted = true
 			out.Overlap = s[0].lastWrite.Sub(next)
 		}
+	}
+	if late := tr.ours.lateStarts(); late > 0 {
+		tr.t.Errorf("%d Reconciles of A's term entered after it ended", late)
 	}
 	p := &faulttrial.Peer{}
 	if s := tr.theirs.spansOf("a′"); len(s) > 0 && !s[0].end.IsZero() {

@@ -25,7 +25,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -128,6 +127,7 @@ type book struct {
 	mu     sync.Mutex
 	spans  []*span
 	setups []setupAt
+	late   []string // Reconciles entered with their term's context already done
 }
 
 type setupAt struct {
@@ -169,7 +169,7 @@ func (b *book) setup(who string, term int) {
 func (b *book) overlaps() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []string
+	out := append([]string(nil), b.late...)
 	running := func(s *span, at time.Time) bool {
 		return !at.Before(s.start) && (s.end.IsZero() || at.Before(s.end))
 	}
@@ -232,6 +232,12 @@ type writer struct {
 }
 
 func (w *writer) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if ctx.Err() != nil {
+		w.book.mu.Lock()
+		w.book.late = append(w.book.late, fmt.Sprintf("%s's Reconcile of term %d entered after the term ended (%v)", w.who, w.term, context.Cause(ctx)))
+		w.book.mu.Unlock()
+		return reconcile.Result{}, nil
+	}
 	s := w.book.begin(w.who, w.term)
 	w.tell("begin", nil)
 	defer func() {
@@ -287,14 +293,13 @@ func makeConfigMap(t testing.TB, name string) {
 	}
 }
 
-// newManager returns a Manager of cfg without leader election, metrics or
-// probes.
+// newManager returns a Manager of cfg without metrics or probes. The
+// controllers a term builds skip the check of unique names by themselves;
+// a stock Manager's do not, and o says so for the tests that make several.
 func newManager(t testing.TB, cfg *rest.Config, o manager.Options) manager.Manager {
 	t.Helper()
 	o.Metrics = metricsserver.Options{BindAddress: "0"}
 	o.Logger = logr.Discard()
-	skip := true
-	o.Controller = config.Controller{SkipNameValidation: &skip}
 	m, err := manager.New(ownConfig(cfg), o)
 	if err != nil {
 		t.Fatal(err)
@@ -353,6 +358,14 @@ func startReplica(t testing.TB, b *book, who, name, cm string, ro replicaOptions
 			r.writers = append(r.writers, w)
 			r.leases = append(r.leases, l)
 			r.mu.Unlock()
+			// A runnable that returns ctx.Err() at the end of the term, as
+			// many do: the end of a term, not a failure.
+			if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+				<-ctx.Done()
+				return ctx.Err()
+			})); err != nil {
+				return err
+			}
 			return w.register(m)
 		}
 	}
@@ -417,4 +430,11 @@ func holderOf(t testing.TB, name string) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// lateStarts counts the Reconciles entered after their term ended.
+func (b *book) lateStarts() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.late)
 }

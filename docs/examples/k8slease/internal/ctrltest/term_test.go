@@ -79,7 +79,7 @@ func TestTakeoverCutsTheTerm(t *testing.T) {
 	}
 	// The operator's record expires after its 2 s; then a replica leads
 	// again, a or b.
-	waitFor(t, 20*time.Second, "a new term", func() bool { return len(b.setups) >= 2 })
+	waitFor(t, 20*time.Second, "a new term", func() bool { return len(b.setupsOf("a"))+len(b.setupsOf("b")) >= 2 })
 	if o := b.overlaps(); len(o) > 0 {
 		t.Fatalf("overlaps: %s", strings.Join(o, "; "))
 	}
@@ -273,9 +273,11 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// TestGateStopsWritesAfterTheLoss runs a writer that goes on writing after
-// its context ended through the term's client: none of those writes reaches
-// the apiserver.
+// TestGateStopsWritesAfterTheLoss runs a term's runnable that goes on
+// writing through the term's client after its context ended, as a
+// reconciler that ignores its context would: once the gate has refused one
+// write, no write request reaches the apiserver (counted at the
+// transport), and the five writes after the end are refused.
 func TestGateStopsWritesAfterTheLoss(t *testing.T) {
 	b := &book{}
 	name, cm := uniqueName(t), uniqueName(t)
@@ -283,31 +285,23 @@ func TestGateStopsWritesAfterTheLoss(t *testing.T) {
 	counter := &writeCounter{}
 	cfg := shared.Config()
 	cfg.WrapTransport = counter.wrap
-	var w *writer
-	var term *k8slease.Lease
+	g := &gated{}
 	var writes sync.WaitGroup
+	writes.Add(1)
 	a := startReplica(t, b, "a", name, cm, replicaOptions{cfg: cfg, setup: func(m manager.Manager, l *k8slease.Lease) error {
 		b.setup("a", 1)
-		w = &writer{who: "a", term: 1, cm: cm, client: m.GetClient(), book: b}
-		term = l
-		writes.Add(1)
-		// A runnable of the term that writes after its context ended, as
-		// a reconciler that ignores its context would.
+		c := m.GetClient()
 		return m.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			defer writes.Done()
 			s := b.begin("a", 1)
 			defer func() { b.finish(s, context.Cause(ctx)) }()
 			obj := client.ObjectKey{Namespace: ns, Name: cm}
-			for i := 0; i < 1000; i++ {
-				if ctx.Err() != nil && i > 0 {
-					break
-				}
-				w.book.wrote(s)
-				patchOnce(context.WithoutCancel(ctx), w, obj, i)
+			for ctx.Err() == nil {
+				g.patch(context.WithoutCancel(ctx), c, obj)
 				time.Sleep(20 * time.Millisecond)
 			}
-			for i := range 5 {
-				patchOnce(context.Background(), w, obj, 1000+i)
+			for range 5 {
+				g.patch(context.Background(), c, obj)
 			}
 			return nil
 		}))
@@ -315,26 +309,40 @@ func TestGateStopsWritesAfterTheLoss(t *testing.T) {
 	waitLeading(t, b, a, 1)
 	waitFor(t, 10*time.Second, "a writes", func() bool { return counter.after(time.Time{}) >= 3 })
 	takeOver(t, name, "operator")
-	<-term.Signal().Done()
-	lostAt := time.Now()
 	writes.Wait()
-	if n := counter.after(lostAt); n != 0 {
-		t.Fatalf("%d writes reached the apiserver after the loss", n)
+	first, refused := g.refusals()
+	if refused < 5 {
+		t.Fatalf("%d writes after the loss were refused by the gate, want 5 at least", refused)
 	}
-	if n := w.refused.Load(); n < 5 {
-		t.Fatalf("%d writes after the loss were refused by the gate, want 5 at least", n)
+	if n := counter.after(first); n != 0 {
+		t.Fatalf("%d writes reached the apiserver after the gate's first refusal", n)
 	}
 }
 
-// patchOnce writes the annotation through w's client once.
-func patchOnce(ctx context.Context, w *writer, key client.ObjectKey, n int) {
-	cmObj := configMap(key)
-	err := w.client.Patch(ctx, cmObj, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"annotations":{"stubborn":"`+time.Now().Format(time.RFC3339Nano)+`"}}}`)))
-	var le *lost.Error
-	if errors.As(err, &le) {
-		w.refused.Add(1)
+// gated writes through a term's client and counts the writes its gate
+// refused.
+type gated struct {
+	mu      sync.Mutex
+	first   time.Time // the first refusal
+	refused int
+}
+
+func (g *gated) patch(ctx context.Context, c client.Client, key client.ObjectKey) {
+	err := c.Patch(ctx, configMap(key), client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"annotations":{"stubborn":"`+time.Now().Format(time.RFC3339Nano)+`"}}}`)))
+	if errors.As(err, new(*lost.Error)) {
+		g.mu.Lock()
+		if g.refused == 0 {
+			g.first = time.Now()
+		}
+		g.refused++
+		g.mu.Unlock()
 	}
-	_ = n
+}
+
+func (g *gated) refusals() (time.Time, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.first, g.refused
 }
 
 // stubborn is a runnable of a term that returns only when released.
@@ -392,6 +400,57 @@ func TestStopTimeoutLeavesTheLeaseToRunOut(t *testing.T) {
 	}
 	if bSetup := b.setupsOf("b")[0]; !bSetup.After(gaveUp) {
 		t.Fatal("b's setup came before a gave up")
+	}
+}
+
+// slow is a runnable of a term that returns a while after its context
+// ended.
+type slow struct {
+	after    time.Duration
+	returned atomic.Int64 // UnixNano
+}
+
+func (s *slow) Start(ctx context.Context) error {
+	<-ctx.Done()
+	time.Sleep(s.after)
+	s.returned.Store(time.Now().UnixNano())
+	return nil
+}
+
+// TestStopRenewsWhileTheWorkReturns stops a Manager whose term's work takes
+// 3 s to return, longer than the 2 s lease: the lease is renewed
+// meanwhile, so it is never lost, and the Lease is released only after the
+// work returned; the waiting replica leads then.
+func TestStopRenewsWhileTheWorkReturns(t *testing.T) {
+	b := &book{}
+	name, cm := uniqueName(t), uniqueName(t)
+	makeConfigMap(t, cm)
+	work := &slow{after: 3 * time.Second}
+	var term *k8slease.Lease
+	a := startReplica(t, b, "a", name, cm, replicaOptions{
+		opts: func(o *ctrllease.Options) { o.StopTimeout = 10 * time.Second },
+		mgr:  manager.Options{GracefulShutdownTimeout: new(20 * time.Second)},
+		setup: func(m manager.Manager, l *k8slease.Lease) error {
+			term = l
+			b.setup("a", 1)
+			return m.Add(work)
+		},
+	})
+	waitFor(t, 30*time.Second, "a leads", a.elector.Leading)
+	bb := startReplica(t, b, "b", name, cm, replicaOptions{})
+	time.Sleep(300 * time.Millisecond) // b campaigns
+	a.stop()
+	<-a.done
+	if a.err != nil || a.elector.Err() != nil {
+		t.Fatalf("a's Manager stopped with %v, its elector with %v", a.err, a.elector.Err())
+	}
+	if err := term.Signal().Err(); err != nil {
+		t.Fatalf("a's lease was lost while its work returned: %v", err)
+	}
+	waitLeading(t, b, bb, 1)
+	returned := time.Unix(0, work.returned.Load())
+	if setup := b.setupsOf("b")[0]; !setup.After(returned) {
+		t.Fatalf("b's setup came %v before a's work returned", returned.Sub(setup))
 	}
 }
 
@@ -531,5 +590,41 @@ func TestTokenFencesAnOldTerm(t *testing.T) {
 	}
 	if f.write(old.Token()) {
 		t.Fatal("the fence accepted the old term's write after the next term's")
+	}
+}
+
+// TestSetupMayNotRegisterWhatTheManagerOwns has a setup add a field index,
+// and another register a webhook: a second term would add them again, so
+// the term refuses at once, naming the call, and the Manager stops with it.
+func TestSetupMayNotRegisterWhatTheManagerOwns(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup ctrllease.Setup
+		want  string
+	}{
+		{"field index", func(m manager.Manager, _ *k8slease.Lease) error {
+			return m.GetFieldIndexer().IndexField(context.Background(), &corev1.ConfigMap{}, "data.x", func(client.Object) []string { return nil })
+		}, `IndexField(*v1.ConfigMap, "data.x") called by a term's setup`},
+		{"webhook", func(m manager.Manager, _ *k8slease.Lease) error {
+			m.GetWebhookServer().Register("/validate", http.NotFoundHandler())
+			return nil
+		}, "a webhook (/validate) registered by a term's setup"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := &book{}
+			name := uniqueName(t)
+			a := startReplica(t, b, "a", name, uniqueName(t), replicaOptions{setup: c.setup})
+			select {
+			case <-a.done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the Manager did not stop")
+			}
+			if a.err == nil || !strings.Contains(a.err.Error(), c.want) {
+				t.Fatalf("mgr.Start = %v, want it to say %q", a.err, c.want)
+			}
+			if h := holderOf(t, name); h != "" {
+				t.Fatalf("the Lease names %q, want it released", h)
+			}
+		})
 	}
 }
