@@ -144,8 +144,6 @@ func (b *book) begin(who string, term int) *span {
 	return s
 }
 
-func (b *book) wrote(s *span) { b.wroteAt(s, time.Now()) }
-
 func (b *book) wroteAt(s *span, at time.Time) {
 	b.mu.Lock()
 	s.lastWrite = at
