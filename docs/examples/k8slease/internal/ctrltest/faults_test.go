@@ -55,7 +55,7 @@ type stock struct {
 func startStock(t testing.TB, b *book, who, name, cm string, cfg *rest.Config) *stock {
 	t.Helper()
 	m := newManager(t, cfg, stockOptions(name))
-	w := &writer{who: who, term: 1, cm: cm, client: m.GetClient(), book: b}
+	w := &writer{who: who, term: 1, cm: cm, client: m.GetClient(), book: b, stock: true}
 	if err := w.register(m); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func childStock(c *kubetest.Child) error {
 		return err
 	}
 	e := &emitter{c: c}
-	w := &writer{who: who, term: 1, cm: cm, client: m.GetClient(), book: &book{}, emit: e.emit}
+	w := &writer{who: who, term: 1, cm: cm, client: m.GetClient(), book: &book{}, emit: e.emit, stock: true}
 	if err := w.register(m); err != nil {
 		return err
 	}

@@ -127,7 +127,11 @@ type book struct {
 	mu     sync.Mutex
 	spans  []*span
 	setups []setupAt
-	late   []string // Reconciles entered with their term's context already done
+	late   []string // ctrllease Reconciles entered with their term's context already done
+	// stockLate counts a stock Manager's Reconciles entered with their
+	// context already done: controller-runtime's workers take an item
+	// from the queue without looking at their context.
+	stockLate int
 }
 
 type setupAt struct {
@@ -225,6 +229,8 @@ type writer struct {
 	book   *book
 	// refused counts the writes that returned an error of package lost.
 	refused atomic.Int64
+	// stock is set for a stock Manager's writer.
+	stock bool
 	// emit, if set, tells another process of the spans as well.
 	emit func(what string, term int, cause error, at time.Time)
 }
@@ -232,7 +238,11 @@ type writer struct {
 func (w *writer) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if ctx.Err() != nil {
 		w.book.mu.Lock()
-		w.book.late = append(w.book.late, fmt.Sprintf("%s's Reconcile of term %d entered after the term ended (%v)", w.who, w.term, context.Cause(ctx)))
+		if w.stock {
+			w.book.stockLate++
+		} else {
+			w.book.late = append(w.book.late, fmt.Sprintf("%s's Reconcile of term %d entered after the term ended (%v)", w.who, w.term, context.Cause(ctx)))
+		}
 		w.book.mu.Unlock()
 		return reconcile.Result{}, nil
 	}
