@@ -9,8 +9,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/zukhruf/lease/docs/examples/k8slease/internal/kubetest"

@@ -332,10 +332,10 @@ type replica struct {
 
 // replicaOptions change a replica's Options and setup.
 type replicaOptions struct {
-	cfg      *rest.Config // nil means shared.Config()
-	opts     func(*ctrllease.Options)
-	mgr      manager.Options
-	setup    ctrllease.Setup // nil means the writer's
+	cfg   *rest.Config // nil means shared.Config()
+	opts  func(*ctrllease.Options)
+	mgr   manager.Options
+	setup ctrllease.Setup // nil means the writer's
 }
 
 // startReplica starts a replica on the Lease name, with the writer of cm;
