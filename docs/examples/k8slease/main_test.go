@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,22 +59,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var leaseNames atomic.Int64
-
-// leaseName returns a name no other Lease of the test binary has: the
-// test's name in the letters a Lease's name may have, and a number.
-func leaseName(t testing.TB) string {
-	name := []byte(strings.ToLower(t.Name()))
-	for i, c := range name {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			name[i] = '-'
-		}
-	}
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return fmt.Sprintf("%s-%d", strings.Trim(string(name), "-"), leaseNames.Add(1))
-}
+// leaseName returns a name no other Lease of the test binary has.
+func leaseName(t testing.TB) string { return kubetest.UniqueName(t) }
 
 // clientset returns a clientset of cfg whose connections are its own: two
 // clientsets of one rest.Config would share client-go's cached transport.

@@ -21,7 +21,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -122,53 +121,10 @@ func lockAtOnce(t *testing.T, cfg k8slease.Config, cs kubernetes.Interface, name
 }
 
 // restricted returns the configuration of a user of s whose Role in ns
-// grants verbs on leases, and a func that grants other verbs instead. The
-// admin's token impersonates the user.
+// grants verbs on leases, and a func that grants other verbs instead.
 func restricted(t *testing.T, s *kubetest.Server, verbs ...string) (*rest.Config, func(verbs ...string)) {
 	t.Helper()
-	admin := clientset(t, s.Config())
-	user := "user-" + leaseName(t)
-	rules := func(verbs []string) []rbacv1.PolicyRule {
-		return []rbacv1.PolicyRule{{
-			APIGroups: []string{coordinationv1.GroupName},
-			Resources: []string{"leases"},
-			// list lets the wait below see the binding take effect; no
-			// call of k8slease lists.
-			Verbs: append([]string{"list"}, verbs...),
-		}}
-	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns}, Rules: rules(verbs)}
-	if _, err := admin.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
-	}
-	if _, err := admin.RbacV1().RoleBindings(ns).Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.Config()
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	cs := clientset(t, cfg)
-	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
-		_, err := cs.CoordinationV1().Leases(ns).List(t.Context(), metav1.ListOptions{Limit: 1})
-		if err == nil {
-			break
-		}
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("the user's Role did not take effect: %v", err)
-		}
-	}
-	return cfg, func(verbs ...string) {
-		t.Helper()
-		role.Rules = rules(verbs)
-		var err error
-		if role, err = admin.RbacV1().Roles(ns).Update(t.Context(), role, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return s.Restricted(t, ns, verbs...)
 }
 
 // TestLockRefusesMistakes passes Lock each mistake a caller can make in its

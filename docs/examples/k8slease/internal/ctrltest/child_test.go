@@ -45,6 +45,12 @@ func childReplica(c *kubetest.Child) error {
 	if err != nil {
 		return err
 	}
+	return mgr.Start(untilStop(c))
+}
+
+// untilStop returns a context that ends when the child's standard input
+// ends or reads "stop".
+func untilStop(c *kubetest.Child) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for {
@@ -55,7 +61,7 @@ func childReplica(c *kubetest.Child) error {
 			}
 		}
 	}()
-	return mgr.Start(ctx)
+	return ctx
 }
 
 // emitter tells the parent of a writer's spans.

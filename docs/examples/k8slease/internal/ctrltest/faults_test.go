@@ -274,15 +274,5 @@ func childStock(c *kubetest.Child) error {
 	if err := w.register(m); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		for {
-			line, err := c.ReadLine()
-			if err != nil || line == "stop" {
-				cancel()
-				return
-			}
-		}
-	}()
-	return m.Start(ctx)
+	return m.Start(untilStop(c))
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,21 +73,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var names atomic.Int64
-
 // uniqueName returns a name no other object of the test binary has.
-func uniqueName(t testing.TB) string {
-	name := []byte(strings.ToLower(t.Name()))
-	for i, c := range name {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			name[i] = '-'
-		}
-	}
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	return fmt.Sprintf("%s-%d", strings.Trim(string(name), "-"), names.Add(1))
-}
+func uniqueName(t testing.TB) string { return kubetest.UniqueName(t) }
 
 // ownConfig returns a copy of cfg whose clients get connections of their
 // own: clients of one rest.Config share client-go's cached transport.

@@ -13,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -514,117 +512,9 @@ func configMap(key client.ObjectKey) *corev1.ConfigMap {
 }
 
 // restricted returns the configuration of a user whose Role in ns grants
-// verbs on leases; the admin's token impersonates the user.
+// verbs on leases.
 func restricted(t *testing.T, verbs ...string) *rest.Config {
 	t.Helper()
-	user := "user-" + uniqueName(t)
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{coordinationv1.GroupName},
-		Resources: []string{"leases"},
-		Verbs:     append([]string{"list"}, verbs...), // list lets the wait below see the Role
-	}}}
-	if _, err := admin.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
-	}
-	if _, err := admin.RbacV1().RoleBindings(ns).Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := shared.Config()
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	cs := clientset(t, cfg)
-	waitFor(t, 30*time.Second, "the user's Role takes effect", func() bool {
-		_, err := cs.CoordinationV1().Leases(ns).List(t.Context(), metav1.ListOptions{Limit: 1})
-		return err == nil
-	})
+	cfg, _ := shared.Restricted(t, ns, verbs...)
 	return cfg
-}
-
-// fence is a resource that remembers the largest token it accepted and
-// refuses smaller ones.
-type fence struct {
-	mu  sync.Mutex
-	max int64
-}
-
-func (f *fence) write(token int64) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if token < f.max {
-		return false
-	}
-	f.max = token
-	return true
-}
-
-// TestTokenFencesAnOldTerm has a term's lease taken over: the next term,
-// on the other replica, has a larger token, and a fence that accepted the
-// new term's write refuses the old term's.
-func TestTokenFencesAnOldTerm(t *testing.T) {
-	b := &book{}
-	name, cm := uniqueName(t), uniqueName(t)
-	makeConfigMap(t, cm)
-	a := startReplica(t, b, "a", name, cm, replicaOptions{})
-	waitLeading(t, b, a, 1)
-	bb := startReplica(t, b, "b", name, cm, replicaOptions{})
-	old := a.lease()
-	f := &fence{}
-	if !f.write(old.Token()) {
-		t.Fatal("the fence refused the first term's write")
-	}
-	takeOver(t, name, "operator")
-	waitFor(t, 20*time.Second, "a new term", func() bool { return bb.lease() != nil || len(b.setupsOf("a")) > 1 })
-	next := bb.lease()
-	if next == nil {
-		next = a.lease()
-	}
-	if next.Token() <= old.Token() {
-		t.Fatalf("the next term's token %d is not larger than the old term's %d", next.Token(), old.Token())
-	}
-	if !f.write(next.Token()) {
-		t.Fatal("the fence refused the next term's write")
-	}
-	if f.write(old.Token()) {
-		t.Fatal("the fence accepted the old term's write after the next term's")
-	}
-}
-
-// TestSetupMayNotRegisterWhatTheManagerOwns has a setup add a field index,
-// and another register a webhook: a second term would add them again, so
-// the term refuses at once, naming the call, and the Manager stops with it.
-func TestSetupMayNotRegisterWhatTheManagerOwns(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		setup ctrllease.Setup
-		want  string
-	}{
-		{"field index", func(m manager.Manager, _ *k8slease.Lease) error {
-			return m.GetFieldIndexer().IndexField(context.Background(), &corev1.ConfigMap{}, "data.x", func(client.Object) []string { return nil })
-		}, `IndexField(*v1.ConfigMap, "data.x") called by a term's setup`},
-		{"webhook", func(m manager.Manager, _ *k8slease.Lease) error {
-			m.GetWebhookServer().Register("/validate", http.NotFoundHandler())
-			return nil
-		}, "a webhook (/validate) registered by a term's setup"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			b := &book{}
-			name := uniqueName(t)
-			a := startReplica(t, b, "a", name, uniqueName(t), replicaOptions{setup: c.setup})
-			select {
-			case <-a.done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the Manager did not stop")
-			}
-			if a.err == nil || !strings.Contains(a.err.Error(), c.want) {
-				t.Fatalf("mgr.Start = %v, want it to say %q", a.err, c.want)
-			}
-			if h := holderOf(t, name); h != "" {
-				t.Fatalf("the Lease names %q, want it released", h)
-			}
-		})
-	}
 }
