@@ -1,0 +1,106 @@
+package mysqllease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// kickEvery is how often Unlock repeats its KILL QUERY while the heartbeat
+// has not returned: a KILL QUERY that reaches the session between two
+// heartbeats interrupts nothing, and the next one would run its whole
+// Heartbeat.
+const kickEvery = 50 * time.Millisecond
+
+// kickTimeout bounds one KILL QUERY, a connection of the pool included.
+const kickTimeout = time.Second
+
+// Unlock releases the lease: it ends the signal first, so that nothing the
+// server or the connection reports afterwards loses it; it interrupts the
+// pending heartbeat with KILL QUERY, sent through another connection of
+// the pool; it releases the lock with RELEASE_LOCK and closes the lease's
+// connection, which ends its session.
+//
+// Unlock returns nil once RELEASE_LOCK released the lock. Otherwise the
+// lock was freed, or will be, by the end of the session, and the error says
+// which: it wraps [ErrSessionEnded] when ctx ended before the heartbeat
+// returned, or the release failed (the server frees the lock when it sees
+// the session end, at the latest ServerTimeout after it last heard from
+// it); it wraps the loss when the lease was lost before Unlock. Either way
+// the signal was never lost by the release, and the fencing token still
+// refuses the holder's writes once another holder has taken the lock.
+// Successive calls return the first call's result.
+func (l *Lease) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		panic("mysqllease: Unlock called with a nil context")
+	}
+	l.once.Do(func() {
+		if err := l.release(ctx); err != nil {
+			l.err = fmt.Errorf("mysqllease: unlock %s: %w", quote(l.ctrl.Subject()), err)
+		}
+	})
+	return l.err
+}
+
+func (l *Lease) release(ctx context.Context) error {
+	ended := l.ctrl.End()
+	l.stopping.Store(true)
+	if !ended {
+		<-l.kept
+		return lostBefore{l.ctrl.Signal().Err()}
+	}
+	l.timer.Stop()
+	defer l.unclaim()
+	var cut error
+	for cut == nil && !isClosed(l.kept) {
+		kctx, cancel := context.WithTimeout(ctx, kickTimeout)
+		l.s.kill(kctx, "QUERY")
+		cancel()
+		wait := time.NewTimer(kickEvery)
+		select {
+		case <-l.kept:
+		case <-wait.C:
+		case <-ctx.Done():
+			cut = fmt.Errorf("the release's context ended: %w", context.Cause(ctx))
+			l.hcancel() // closes the connection under the heartbeat
+			<-l.kept
+		}
+		wait.Stop()
+	}
+	defer l.s.discard()
+	if cut != nil {
+		return fmt.Errorf("%w: %w", ErrSessionEnded, cut)
+	}
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.deadline())
+	defer cancel()
+	if err := l.s.release(rctx, l.name); err != nil {
+		return fmt.Errorf("%w: release the lock: %w", ErrSessionEnded, err)
+	}
+	l.hcancel()
+	return nil
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// lostBefore is the error of an Unlock of a lease lost before it: it
+// wraps the loss, a lost.Error, and says its cause without the subject,
+// which the Unlock's error already names.
+type lostBefore struct{ loss error }
+
+func (e lostBefore) Error() string {
+	cause := errors.Unwrap(e.loss)
+	if cause == nil {
+		cause = e.loss
+	}
+	return "the lease was lost before: " + cause.Error()
+}
+
+func (e lostBefore) Unwrap() error { return e.loss }
