@@ -88,7 +88,9 @@ func (c Config) Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, e
 	if db == nil {
 		panic("mysqllease: Lock called with a nil *sql.DB")
 	}
-	fail := func(err error) (*Lease, error) { return nil, fmt.Errorf("mysqllease: lock %s: %w", quote(subject), err) }
+	fail := func(err error) (*Lease, error) {
+		return nil, fmt.Errorf("mysqllease: lock %s: %w", quote(subject), err)
+	}
 	c, err := c.withDefaults()
 	if err != nil {
 		return fail(err)
