@@ -48,8 +48,8 @@ const MaxNameLen = 64
 // lock, by Margin, as long as the two machines' clocks run at the same rate
 // (they measure intervals, not instants).
 //
-// The durations must keep MinHeartbeat ≤ Heartbeat < ServerTimeout −
-// Margin, 0 < Margin < ServerTimeout ≤ MaxServerTimeout, and ServerTimeout a
+// The durations must keep MinHeartbeat ≤ Heartbeat < (ServerTimeout −
+// Margin)/2, 0 < Margin < ServerTimeout ≤ MaxServerTimeout, and ServerTimeout a
 // whole number of seconds (wait_timeout counts seconds); Lock refuses any
 // other Config with an error that names the field and its bound.
 type Config struct {
@@ -64,9 +64,12 @@ type Config struct {
 	// (DefaultHeartbeat if zero): a heartbeat is SELECT SLEEP(Heartbeat),
 	// and the next one is sent when it returns, so a read is pending on the
 	// connection all the time and a KILL or the end of the connection is
-	// seen at once. It must be shorter than ServerTimeout − Margin, and
-	// should be well under it, or a slow round trip loses the lease for
-	// nothing. [Lease.Unlock] interrupts it with KILL QUERY.
+	// seen at once. A heartbeat is confirmed a Heartbeat and a round trip
+	// after its send, and the next one a Heartbeat and a round trip later,
+	// so two of them must fit in the deadline, ServerTimeout − Margin:
+	// Heartbeat must be shorter than half of it, and a round trip longer
+	// than half of it less Heartbeat loses the lease for nothing.
+	// [Lease.Unlock] interrupts the pending heartbeat with KILL QUERY.
 	Heartbeat time.Duration
 
 	// Margin is how long before the server may free a silent session's
@@ -112,8 +115,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("Config.Margin %v is not shorter than Config.ServerTimeout %v: the lease would have no time at all", c.Margin, c.ServerTimeout)
 	case c.Heartbeat < MinHeartbeat:
 		return c, fmt.Errorf("Config.Heartbeat %v is under its floor %v: each heartbeat is a statement the server runs", c.Heartbeat, MinHeartbeat)
-	case c.Heartbeat >= c.ServerTimeout-c.Margin:
-		return c, fmt.Errorf("Config.Heartbeat %v is not shorter than the deadline, Config.ServerTimeout − Config.Margin = %v: the lease would be lost during every heartbeat", c.Heartbeat, c.ServerTimeout-c.Margin)
+	case 2*c.Heartbeat >= c.ServerTimeout-c.Margin:
+		return c, fmt.Errorf("Config.Heartbeat %v is not shorter than half the deadline, (Config.ServerTimeout − Config.Margin)/2 = %v: a heartbeat is confirmed a Heartbeat and a round trip after it is sent, and the next one's confirmation must come within the deadline of the last one's send", c.Heartbeat, (c.ServerTimeout-c.Margin)/2)
 	}
 	if c.Fence != "" {
 		if _, err := fenceTable(c.Fence); err != nil {

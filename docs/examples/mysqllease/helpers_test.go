@@ -120,6 +120,12 @@ func waitWaiting(t testing.TB, admin *sql.DB, name string, ch <-chan granted) {
 	}
 }
 
+// getLockSQL is GET_LOCK(name, timeout) as the lease sends it, the name in
+// hex, so that waiters finds it in the process list.
+func getLockSQL(name string, timeout time.Duration) string {
+	return fmt.Sprintf("SELECT GET_LOCK(CONVERT(X'%x' USING utf8mb4), %g)", name, timeout.Seconds())
+}
+
 // waiters returns how many sessions run a GET_LOCK of the lock name.
 func waiters(t testing.TB, admin *sql.DB, name string) int {
 	t.Helper()

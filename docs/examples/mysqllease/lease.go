@@ -117,18 +117,32 @@ func (c Config) Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, e
 // lock takes the lease on s, which it owns from now on: on an error, it
 // kills and closes s.
 func (s *session) lock(ctx context.Context, c Config, subject, name string) (*Lease, error) {
+	// Until its timeouts are set, the session is as the pool gave it: a
+	// refusal gives it back untouched (it may be another user's, through a
+	// pooler, or hold that user's lock).
+	giveBack := func(err error) (*Lease, error) {
+		s.conn.Close()
+		return nil, err
+	}
 	fail := func(err error) (*Lease, error) {
 		s.abandon()
 		return nil, err
 	}
 	if err := s.check(ctx, name); err != nil {
-		return fail(err)
+		return giveBack(err)
 	}
 	if err := s.probe(ctx); err != nil {
-		return fail(err)
+		return giveBack(err)
 	}
 	if err := s.set(ctx, c); err != nil {
 		return fail(err)
+	}
+	var table string
+	if c.Fence != "" {
+		table, _ = fenceTable(c.Fence)
+		if err := s.checkFence(ctx, table, name); err != nil {
+			return fail(err)
+		}
 	}
 	if _, err := s.wait(ctx, name, c.Heartbeat, c.deadline()); err != nil {
 		return fail(err)
@@ -138,8 +152,7 @@ func (s *session) lock(ctx context.Context, c Config, subject, name string) (*Le
 		return fail(fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err))
 	}
 	var token int64
-	if c.Fence != "" {
-		table, _ := fenceTable(c.Fence)
+	if table != "" {
 		if token, err = s.fence(ctx, table, name); err != nil {
 			unclaim()
 			return fail(err)

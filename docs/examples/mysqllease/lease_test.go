@@ -181,7 +181,7 @@ func TestLockCut(t *testing.T) {
 	admin := rootDB(t, server)
 	db := rootDB(t, server)
 	subj := subject(t)
-	cfg := mysqllease.Config{Heartbeat: 5 * time.Second, ServerTimeout: 20 * time.Second, Margin: 10 * time.Second}
+	cfg := mysqllease.Config{Heartbeat: 4 * time.Second, ServerTimeout: 20 * time.Second, Margin: 10 * time.Second}
 	a := lock(t, cfg, db, subj)
 	defer a.Unlock(context.Background())
 	cause := errors.New("the caller gave up")

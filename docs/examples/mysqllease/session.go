@@ -180,6 +180,19 @@ func (s *session) wait(ctx context.Context, name string, step, bound time.Durati
 	}
 }
 
+// checkFence runs the fencing statement on table (quoted) without writing
+// a row: the server checks the table, its columns and the user's INSERT and
+// UPDATE privileges, so that a mistake fails Lock before it waits for the
+// lock.
+func (s *session) checkFence(ctx context.Context, table, name string) error {
+	_, err := s.conn.ExecContext(ctx, "INSERT INTO "+table+" (name, token) SELECT "+literal(name)+
+		", 0 FROM DUAL WHERE 1 = 0 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)")
+	if err != nil {
+		return fmt.Errorf("fencing table %s: %w", table, err)
+	}
+	return nil
+}
+
 // fence increments the lock's row of table (quoted) in the session and
 // returns the new token.
 func (s *session) fence(ctx context.Context, table, name string) (int64, error) {
