@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -18,8 +17,8 @@ const (
 )
 
 // connect takes a connection out of db, retrying with backoff, until ctx
-// ends, the errors that may pass (a server starting or shutting down, too
-// many connections), and returning the others at once.
+// ends, the errors that may pass (too many connections, a shutdown under
+// way), and returning the others at once.
 func connect(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	backoff := firstBackoff
 	for {
@@ -44,20 +43,19 @@ func connect(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	}
 }
 
-// transient reports whether a connect error may pass if tried again.
+// transient reports whether a connect error may pass if tried again: the
+// server's refusals for too many connections and for a shutdown under way.
+// A connection refused, a name that does not resolve, a credential, a
+// database or a privilege are returned at once: a wrong address looks the
+// same as a server restarting, and the caller who expects a restart
+// retries Lock.
 func transient(err error) bool {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case 1040, 1203, 1053: // too many connections, of this user; shutting down
+		case 1040, 1203, 1226, 1053: // too many connections; of this user; its resource limit; shutting down
 			return true
 		}
-		return false
 	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return dns.IsTemporary
-	}
-	var op *net.OpError
-	return errors.As(err, &op) // refused, reset: a server starting or restarting
+	return false
 }

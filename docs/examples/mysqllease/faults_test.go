@@ -3,7 +3,7 @@ package mysqllease_test
 import (
 	"context"
 	"database/sql"
-	"errors"
+	"database/sql/driver"
 	"flag"
 	"fmt"
 	"slices"
@@ -166,7 +166,8 @@ func startLeaseWaiter(db *sql.DB, subj string, window time.Duration) *waiter {
 	return w
 }
 
-var errBad = errors.New("close")
+// errBad, returned from Raw, makes database/sql close the connection.
+var errBad = driver.ErrBadConn
 
 // A faultRig is the servers and proxies of TestFaults: its own primary,
 // which the server faults stop, and a proxy in front of it for A and A′.

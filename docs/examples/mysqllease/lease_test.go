@@ -241,3 +241,45 @@ func TestSameProcessOrder(t *testing.T) {
 		a.Unlock(context.Background())
 	}
 }
+
+// TestUnlockCancelledContext: an Unlock with a context already cancelled,
+// as a shutdown's deferred Unlock has, still releases the lock, 20 of 20.
+func TestUnlockCancelledContext(t *testing.T) {
+	admin := rootDB(t, server)
+	db := rootDB(t, server)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 20 {
+		subj := fmt.Sprintf("%s-%d", subject(t), i)
+		l := lock(t, fast, db, subj)
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("try %d: Unlock with a cancelled context = %v, want nil", i, err)
+		}
+		if id := holder(t, admin, subj); id != 0 {
+			t.Fatalf("try %d: session %d holds the lock after Unlock", i, id)
+		}
+	}
+}
+
+// TestUnlockNeverLost: after Unlock, nothing the server does to the old
+// session reaches the holder: no error, no closed Done, for two deadlines.
+func TestUnlockNeverLost(t *testing.T) {
+	db := rootDB(t, server)
+	l := lock(t, fast, db, subject(t))
+	sig := l.Signal()
+	ctx, cancel := sig.Context(context.Background())
+	defer cancel()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sig.Done():
+		t.Fatal("Done closed after Unlock")
+	case <-ctx.Done():
+		t.Fatal("the signal's context was cancelled after Unlock")
+	case <-time.After(2 * (fast.ServerTimeout - fast.Margin)):
+	}
+	if err := sig.Err(); err != nil {
+		t.Fatalf("Err after Unlock = %v", err)
+	}
+}

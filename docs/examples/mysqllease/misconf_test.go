@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,7 +58,7 @@ func TestConfigOutOfRange(t *testing.T) {
 		{mysqllease.Config{Fence: strings.Repeat("t", 65)}, "over MySQL's 64 characters"},
 	} {
 		// An address where nothing listens: a Lock that got past the
-		// Config would retry there until its context ended.
+		// Config would fail to connect there.
 		err := lockErr(t, c.cfg, "root@tcp(127.0.0.1:1)/", "s")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Lock with %+v = %v, want an error containing %q", c.cfg, err, c.want)
@@ -138,6 +139,50 @@ func TestMissingPrivilege(t *testing.T) {
 	cfg.Fence = "test.no_such_table"
 	if err := lockErr(t, cfg, server.DSN("root", ""), subj); err == nil || !strings.Contains(err.Error(), "doesn't exist") {
 		t.Fatalf("Lock with a missing fencing table = %v, want the server's refusal", err)
+	}
+}
+
+// TestNothingListening: an address where nothing listens is refused at
+// once, with the network's error.
+func TestNothingListening(t *testing.T) {
+	err := lockErr(t, fast, "root@tcp(127.0.0.1:1)/", subject(t))
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Lock where nothing listens = %v, want ECONNREFUSED", err)
+	}
+}
+
+// TestTooManyConnections: a user at its connection limit is retried with
+// backoff until ctx ends, and the error wraps both the context's and the
+// server's; once a connection is freed, Lock is granted.
+func TestTooManyConnections(t *testing.T) {
+	admin := rootDB(t, server)
+	mustExec(t, admin, "CREATE USER IF NOT EXISTS 'limited'@'127.0.0.1' WITH MAX_USER_CONNECTIONS 2")
+	db := open(t, server.DSN("limited", ""))
+	c1, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := subject(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err = fast.Lock(ctx, db, subj)
+	cancel()
+	var me *mysql.MySQLError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &me) || (me.Number != 1203 && me.Number != 1226) {
+		t.Fatalf("Lock at the user's connection limit = %v, want the context's error and the server's 1226 or 1203", err)
+	}
+	// One connection for the lease, one for the probe and, later, Unlock's
+	// KILL QUERY.
+	c1.Raw(func(any) error { return errBad })
+	c1.Close()
+	c2.Raw(func(any) error { return errBad })
+	c2.Close()
+	l := lock(t, fast, db, subj)
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatalf("Unlock = %v", err)
 	}
 }
 

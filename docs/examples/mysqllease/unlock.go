@@ -22,6 +22,12 @@ const kickTimeout = time.Second
 // the pool; it releases the lock with RELEASE_LOCK and closes the lease's
 // connection, which ends its session.
 //
+// ctx bounds the wait for the interrupted heartbeat, after a first 50 ms
+// that Unlock takes whatever ctx says: an Unlock with a context already
+// cancelled, as a shutdown's deferred Unlock has, still releases the lock.
+// The KILL QUERY is bounded by 1 s, the release by the deadline
+// (ServerTimeout − Margin), whatever ctx says.
+//
 // Unlock returns nil once RELEASE_LOCK released the lock. Otherwise the
 // lock was freed, or will be, by the end of the session, and the error says
 // which: it wraps [ErrSessionEnded] when ctx ended before the heartbeat
@@ -52,27 +58,33 @@ func (l *Lease) release(ctx context.Context) error {
 	}
 	l.timer.Stop()
 	defer l.unclaim()
+	// The first KILL QUERY gets kickEvery to end the heartbeat whatever ctx
+	// says, so that an Unlock with a context already cancelled, as a
+	// shutdown's deferred Unlock has, still releases the lock; the KILL
+	// itself and the release are bounded by their own timeouts.
 	var cut error
+	var ctxDone <-chan struct{}
 	for cut == nil && !isClosed(l.kept) {
-		kctx, cancel := context.WithTimeout(ctx, kickTimeout)
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kickTimeout)
 		l.s.kill(kctx, "QUERY")
 		cancel()
 		wait := time.NewTimer(kickEvery)
 		select {
 		case <-l.kept:
 		case <-wait.C:
-		case <-ctx.Done():
+		case <-ctxDone:
 			cut = fmt.Errorf("the release's context ended: %w", context.Cause(ctx))
 			l.hcancel() // closes the connection under the heartbeat
 			<-l.kept
 		}
 		wait.Stop()
+		ctxDone = ctx.Done()
 	}
 	defer l.s.discard()
 	if cut != nil {
 		return fmt.Errorf("%w: %w", ErrSessionEnded, cut)
 	}
-	rctx, cancel := context.WithTimeout(ctx, l.cfg.deadline())
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.deadline())
 	defer cancel()
 	if err := l.s.release(rctx, l.name); err != nil {
 		return fmt.Errorf("%w: release the lock: %w", ErrSessionEnded, err)
