@@ -283,3 +283,19 @@ func TestUnlockNeverLost(t *testing.T) {
 		t.Fatalf("Err after Unlock = %v", err)
 	}
 }
+
+// TestNamesCaseSensitive: MariaDB's GET_LOCK names are case-sensitive, so
+// "Ab" and "ab" are two locks (the README says so).
+func TestNamesCaseSensitive(t *testing.T) {
+	db := rootDB(t, server)
+	base := subject(t)
+	a := lock(t, fast, db, "Ab-"+base)
+	defer a.Unlock(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*fast.Heartbeat)
+	defer cancel()
+	b, err := fast.Lock(ctx, db, "ab-"+base)
+	if err != nil {
+		t.Fatalf("Lock of the same name in other case = %v, want a second lock at once", err)
+	}
+	b.Unlock(context.Background())
+}
