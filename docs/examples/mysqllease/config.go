@@ -46,7 +46,9 @@ const MaxNameLen = 64
 // heartbeat. The lease is lost once no heartbeat sent in the last
 // ServerTimeout − Margin has been confirmed: before the server may free the
 // lock, by Margin, as long as the two machines' clocks run at the same rate
-// (they measure intervals, not instants).
+// (they measure intervals, not instants). Go's monotonic clock stops while
+// the client's host is suspended: a lease of a suspended host outlives the
+// server's timeout by the time the host slept.
 //
 // The durations must keep MinHeartbeat ≤ Heartbeat < (ServerTimeout −
 // Margin)/2, 0 < Margin < ServerTimeout ≤ MaxServerTimeout, and ServerTimeout a

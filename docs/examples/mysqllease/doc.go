@@ -1,8 +1,11 @@
 // Package mysqllease issues leases from MySQL and MariaDB GET_LOCK locks:
 // [Lock] takes a connection of its own out of a *sql.DB, waits until its
 // session holds the lock of a subject, and hands its holder a
-// [signal.Signal] that is lost the moment the lock may be gone, and never
-// because the holder released it.
+// [signal.Signal] that is lost when the lock may be gone, and never because
+// the holder released it: before the server may free the lock of a silent
+// session, and as soon as the connection reads the end of a session the
+// server ended (a KILL, a shutdown, a crash), which races the server's grant
+// to a session waiting for the lock (see the README's fault table).
 //
 // The lease owns its session: Lock takes the connection with db.Conn, no
 // method returns it, the pool never gets it back, and [Lease.Unlock] closes

@@ -20,7 +20,7 @@ import (
 // safe for concurrent use. The Lease owns its connection, taken out of the
 // pool with db.Conn: no method returns it, the pool does not get it back,
 // and [Lease.Unlock] closes it. One goroutine keeps a heartbeat pending on
-// it, another watches the deadline; both stop at the loss or at the
+// it and a timer watches the deadline; both stop at the loss or at the
 // release, whichever comes first.
 type Lease struct {
 	ctrl    *controller.Controller
@@ -62,8 +62,14 @@ func Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, error) {
 // database, a privilege), a read-only server ([ErrReplica]), a Galera node
 // ([ErrGalera]), a session that already holds the lock ([ErrHeld]), and a
 // pooler that shares or moves server sessions ([ErrPooled]), before it
-// changes anything in the session or takes the lock. The README's "what you
+// takes the lock or sets a timeout of the session (the probe for a pooler
+// sets a user variable, the session's mark, first). The README's "what you
 // may get wrong" lists each case.
+//
+// A Lock in progress uses two connections of db: its own, and one for its
+// probe, which it waits for at most the deadline (ServerTimeout − Margin)
+// before it fails: a pool too small for the Locks in progress fails them
+// rather than deadlock them.
 //
 // Lock sets the session's wait_timeout, interactive_timeout,
 // net_read_timeout and net_write_timeout to ServerTimeout, turns autocommit
@@ -73,8 +79,9 @@ func Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, error) {
 // ctx bounds the wait only; the lease lasts until it is lost or released.
 // Lock waits in steps of Heartbeat (GET_LOCK(name, Heartbeat)), each
 // answered within the deadline or the wait fails with [ErrUnresponsive].
-// When ctx ends, Lock closes the connection at once, kills its session
-// (KILL CONNECTION through another connection of db, bounded by Margin and 2 s) and
+// When ctx ends during the wait, the driver closes the connection at once;
+// Lock kills the session (KILL CONNECTION through another connection of db,
+// once that connection shows the same server, bounded by Margin and 2 s) and
 // returns an error wrapping ctx's cause: no lock and no waiter are left on
 // the server, and no goroutine in the process.
 //
@@ -106,7 +113,7 @@ func (c Config) Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, e
 	if err != nil {
 		return fail(err)
 	}
-	s := &session{db: db, conn: conn, grace: min(c.Margin, 2*time.Second)}
+	s := &session{db: db, conn: conn, grace: min(c.Margin, 2*time.Second), bound: c.deadline()}
 	l, err := s.lock(ctx, c, subject, name)
 	if err != nil {
 		return fail(err)
@@ -166,6 +173,10 @@ func (s *session) lock(ctx context.Context, c Config, subject, name string) (*Le
 		unclaim()
 		return fail(err)
 	}
+	if time.Since(sent) >= c.deadline() {
+		unclaim()
+		return fail(fmt.Errorf("%w: the grant's confirmation took longer than the deadline %v", ErrUnresponsive, c.deadline()))
+	}
 	hctx, hcancel := context.WithCancel(context.Background())
 	l := &Lease{
 		ctrl:      controller.New(subject),
@@ -179,14 +190,22 @@ func (s *session) lock(ctx context.Context, c Config, subject, name string) (*Le
 		kept:      make(chan struct{}),
 		confirmed: sent,
 	}
+	// expire takes mu first: it cannot run before the timer is stored.
+	l.mu.Lock()
 	l.timer = time.AfterFunc(time.Until(sent.Add(c.deadline())), l.expire)
+	l.mu.Unlock()
 	go l.keep()
 	return l, nil
 }
 
 // Signal returns the holder's view of the lease. Successive calls return the
 // same *signal.Signal.
-func (l *Lease) Signal() *signal.Signal { return l.ctrl.Signal() }
+func (l *Lease) Signal() *signal.Signal {
+	if l.ctrl == nil {
+		panic("mysqllease: Signal called on a Lease not made by Lock")
+	}
+	return l.ctrl.Signal()
+}
 
 // Name returns the name of the server's lock, [Config.LockName] of the
 // subject.

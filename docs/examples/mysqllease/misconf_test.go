@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"syscall"
@@ -303,5 +304,52 @@ func waitFree(t testing.TB, admin *sql.DB, name string) {
 			t.Fatalf("the lock %q is still held %v after a failed Lock", name, waitTimeout)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSmallPool: two Locks at once on a pool of two connections each take
+// one, and each probe waits for a second: they fail within the deadline
+// rather than wait on each other for ever.
+func TestSmallPool(t *testing.T) {
+	db := rootDB(t, server)
+	db.SetMaxOpenConns(2)
+	cfg := mysqllease.Config{ServerTimeout: 2 * time.Second, Heartbeat: 100 * time.Millisecond, Margin: time.Second}
+	errs := make(chan error, 2)
+	start := make(chan struct{})
+	for i := range 2 {
+		go func() {
+			<-start
+			ctx, cancel := context.WithTimeout(context.Background(), mistakeTimeout)
+			defer cancel()
+			l, err := cfg.Lock(ctx, db, fmt.Sprintf("%s-%d", t.Name(), i))
+			if l != nil {
+				l.Unlock(context.Background())
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range 2 {
+		err := <-errs
+		if errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "no second connection") {
+			t.Fatalf("a Lock on a pool too small waited for its context: %v", err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "no second connection of the pool within") {
+			t.Fatalf("Lock = %v, want nil or the probe's refusal", err)
+		}
+	}
+}
+
+// TestReadTimeoutUnderHeartbeat: a DSN readTimeout shorter than Heartbeat
+// ends the pending heartbeat: the lease is lost with ErrConnLost soon after
+// its grant (the README's row says to leave readTimeout 0 or set it above
+// Heartbeat).
+func TestReadTimeoutUnderHeartbeat(t *testing.T) {
+	db := open(t, server.DSN("root", "")+"?readTimeout=50ms")
+	l := lock(t, fast, db, subject(t))
+	defer l.Unlock(context.Background())
+	waitLost(t, l)
+	if err := l.Signal().Err(); !errors.Is(err, mysqllease.ErrConnLost) {
+		t.Fatalf("Err = %v, want ErrConnLost", err)
 	}
 }

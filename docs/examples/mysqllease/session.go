@@ -29,7 +29,8 @@ type session struct {
 	mark    string // the session's mark, a user variable set by probe
 	mariadb bool   // VERSION() says MariaDB
 	server  string // @@hostname:@@port/@@server_id
-	grace   time.Duration
+	grace   time.Duration // how long the KILL of a failed Lock may take
+	bound   time.Duration // how long the probe waits for a second connection
 }
 
 // markVar is the user variable that marks the lease's session: a user
@@ -38,6 +39,10 @@ const markVar = "@mysqllease_mark"
 
 // tail is the end of every statement's select list.
 const tail = ", CONNECTION_ID(), " + markVar
+
+// serverSQL names the server a session is on: its host name, port and
+// server_id.
+const serverSQL = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
 
 // errElsewhere is the error of a statement answered by another session.
 var errElsewhere = fmt.Errorf("%w: a statement was answered by another server session than the lease's, or by one without its mark", ErrPooled)
@@ -59,17 +64,16 @@ func (s *session) row(ctx context.Context, query string, dest ...any) error {
 // check reads the session and the server, and refuses a server whose locks
 // would not be the primary's, or a session that already holds the lock.
 func (s *session) check(ctx context.Context, name string) error {
-	var version, host string
-	var port, serverID int64
+	var version, server string
 	var holder sql.NullInt64
 	err := s.conn.QueryRowContext(ctx,
-		"SELECT CONNECTION_ID(), VERSION(), @@hostname, @@port, @@server_id, IS_USED_LOCK("+literal(name)+")").
-		Scan(&s.id, &version, &host, &port, &serverID, &holder)
+		"SELECT CONNECTION_ID(), VERSION(), "+serverSQL+", IS_USED_LOCK("+literal(name)+")").
+		Scan(&s.id, &version, &server, &holder)
 	if err != nil {
 		return fmt.Errorf("read the session: %w", err)
 	}
 	s.mariadb = strings.Contains(version, "MariaDB")
-	s.server = fmt.Sprintf("%s:%d/%d", host, port, serverID)
+	s.server = server
 	rows, err := s.conn.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'super_read_only', 'wsrep_on')")
 	if err != nil {
 		return fmt.Errorf("read the server's variables: %w", err)
@@ -111,8 +115,13 @@ func (s *session) probe(ctx context.Context) error {
 	if _, err := s.conn.ExecContext(ctx, "SET "+markVar+" = '"+mark+"'"); err != nil {
 		return fmt.Errorf("mark the session: %w", err)
 	}
-	other, err := s.db.Conn(ctx)
+	pctx, cancel := context.WithTimeout(ctx, s.bound)
+	defer cancel()
+	other, err := s.db.Conn(pctx)
 	if err != nil {
+		if ctx.Err() == nil {
+			return fmt.Errorf("probe: no second connection of the pool within %v (a Lock in progress needs two; is the pool's MaxOpenConns too small for the Locks and leases it serves?): %w", s.bound, err)
+		}
 		return fmt.Errorf("probe: take a second connection: %w", err)
 	}
 	defer other.Close()
@@ -157,6 +166,10 @@ func (s *session) set(ctx context.Context, c Config) error {
 // answered within step + bound or the session is taken for silent. It
 // returns the send time of the statement that took the lock.
 func (s *session) wait(ctx context.Context, name string, step, bound time.Duration) (time.Time, error) {
+	if !s.mariadb {
+		// MySQL reads GET_LOCK's timeout as whole seconds.
+		step = max(time.Second, (step+time.Second-1)/time.Second*time.Second)
+	}
 	q := "SELECT GET_LOCK(" + literal(name) + ", " + seconds(step) + ")" + tail
 	for {
 		sent := time.Now()
@@ -239,13 +252,26 @@ func (s *session) release(ctx context.Context, name string) error {
 }
 
 // kill sends KILL QUERY (or KILL CONNECTION) for the session through
-// another connection of the pool. A user may kill its own sessions without
-// a privilege.
+// another connection of the pool, once that connection shows the session's
+// server: behind a load balancer, a session id of another server names
+// another session. A user may kill its own sessions without a privilege.
 func (s *session) kill(ctx context.Context, what string) error {
 	if s.id == 0 {
 		return errors.New("no session id")
 	}
-	_, err := s.db.ExecContext(ctx, "KILL "+what+" "+strconv.FormatInt(s.id, 10))
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var server string
+	if err := conn.QueryRowContext(ctx, "SELECT "+serverSQL).Scan(&server); err != nil {
+		return err
+	}
+	if server != s.server {
+		return fmt.Errorf("the pool's connection is on %s, not on the lease's server %s: no KILL sent", server, s.server)
+	}
+	_, err = conn.ExecContext(ctx, "KILL "+what+" "+strconv.FormatInt(s.id, 10))
 	return err
 }
 

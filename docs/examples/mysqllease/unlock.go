@@ -25,8 +25,10 @@ const kickTimeout = time.Second
 // ctx bounds the wait for the interrupted heartbeat, after a first 50 ms
 // that Unlock takes whatever ctx says: an Unlock with a context already
 // cancelled, as a shutdown's deferred Unlock has, still releases the lock.
-// The KILL QUERY is bounded by 1 s, the release by the deadline
-// (ServerTimeout − Margin), whatever ctx says.
+// The deadline (ServerTimeout − Margin) bounds that wait and the release,
+// whatever ctx says, and each KILL QUERY is bounded by 1 s. A KILL QUERY
+// that reaches the session late may interrupt the RELEASE_LOCK: Unlock then
+// ends the session instead ([ErrSessionEnded]), which frees the lock too.
 //
 // Unlock returns nil once RELEASE_LOCK released the lock. Otherwise the
 // lock was freed, or will be, by the end of the session, and the error says
@@ -40,6 +42,9 @@ const kickTimeout = time.Second
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		panic("mysqllease: Unlock called with a nil context")
+	}
+	if l.ctrl == nil {
+		panic("mysqllease: Unlock called on a Lease not made by Lock")
 	}
 	l.once.Do(func() {
 		if err := l.release(ctx); err != nil {
@@ -64,6 +69,8 @@ func (l *Lease) release(ctx context.Context) error {
 	// itself and the release are bounded by their own timeouts.
 	var cut error
 	var ctxDone <-chan struct{}
+	bound := time.NewTimer(l.cfg.deadline())
+	defer bound.Stop()
 	for cut == nil && !isClosed(l.kept) {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kickTimeout)
 		l.s.kill(kctx, "QUERY")
@@ -74,6 +81,10 @@ func (l *Lease) release(ctx context.Context) error {
 		case <-wait.C:
 		case <-ctxDone:
 			cut = fmt.Errorf("the release's context ended: %w", context.Cause(ctx))
+		case <-bound.C:
+			cut = fmt.Errorf("the heartbeat did not return within the deadline %v of the first KILL QUERY", l.cfg.deadline())
+		}
+		if cut != nil {
 			l.hcancel() // closes the connection under the heartbeat
 			<-l.kept
 		}
