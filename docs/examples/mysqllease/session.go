@@ -25,10 +25,10 @@ import (
 type session struct {
 	db      *sql.DB
 	conn    *sql.Conn
-	id      int64  // CONNECTION_ID(), read by check
-	mark    string // the session's mark, a user variable set by probe
-	mariadb bool   // VERSION() says MariaDB
-	server  string // @@hostname:@@port/@@server_id
+	id      int64         // CONNECTION_ID(), read by check
+	mark    string        // the session's mark, a user variable set by probe
+	mariadb bool          // VERSION() says MariaDB
+	server  string        // @@hostname:@@port/@@server_id
 	grace   time.Duration // how long the KILL of a failed Lock may take
 	bound   time.Duration // how long the probe waits for a second connection
 }
