@@ -68,11 +68,6 @@ func lock(t testing.TB, cfg mysqllease.Config, db *sql.DB, subj string) *mysqlle
 	return l
 }
 
-// unlock releases l at the end of the test, whatever happened.
-func unlockLater(t testing.TB, l *mysqllease.Lease) {
-	t.Cleanup(func() { l.Unlock(context.Background()) })
-}
-
 // granted is the outcome of a Lock run in the background.
 type granted struct {
 	lease *mysqllease.Lease
