@@ -6,7 +6,7 @@ replace github.com/zukhruf/lease => ../../..
 
 require (
 	github.com/go-sql-driver/mysql v1.10.2
-	github.com/zukhruf/lease v0.0.0-00010101000000-000000000000
+	github.com/zukhruf/lease v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
