@@ -78,7 +78,8 @@ func Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, error) {
 //
 // ctx bounds the wait only; the lease lasts until it is lost or released.
 // Lock waits in steps of Heartbeat (GET_LOCK(name, Heartbeat)), each
-// answered within the deadline or the wait fails with [ErrUnresponsive].
+// answered within Heartbeat plus the deadline (ServerTimeout − Margin) or
+// the wait fails with [ErrUnresponsive].
 // When ctx ends during the wait, the driver closes the connection at once;
 // Lock kills the session (KILL CONNECTION through another connection of db,
 // once that connection shows the same server, bounded by Margin and 2 s) and
