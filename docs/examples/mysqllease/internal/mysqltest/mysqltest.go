@@ -81,7 +81,15 @@ func start(serverID int, readOnly bool) (*Server, error) {
 		return nil, fmt.Errorf("mysqltest: %w", err)
 	}
 	s := &Server{dir: dir, serverID: serverID, readOnly: readOnly}
-	args := []string{"--no-defaults", "--datadir=" + s.data(), "--auth-root-authentication-method=normal", "--skip-test-db"}
+	// Each server has a temporary folder of its own: a starting mariadbd
+	// (mariadb-install-db's bootstrap too) removes the files named #sql* it
+	// finds in its tmpdir, which in a shared /tmp are another server's
+	// temporary tables. Two install-dbs at once in /tmp failed 3 times in 8.
+	if err := os.Mkdir(s.tmp(), 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("mysqltest: %w", err)
+	}
+	args := []string{"--no-defaults", "--datadir=" + s.data(), "--tmpdir=" + s.tmp(), "--auth-root-authentication-method=normal", "--skip-test-db"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
@@ -106,6 +114,7 @@ func start(serverID int, readOnly bool) (*Server, error) {
 }
 
 func (s *Server) data() string { return filepath.Join(s.dir, "data") }
+func (s *Server) tmp() string  { return filepath.Join(s.dir, "tmp") }
 
 // Restart starts the server again after [Server.Stop] or [Server.Kill], on
 // the same port and data, and returns once it accepts connections.
@@ -116,7 +125,7 @@ func (s *Server) Restart() error {
 		return errors.New("mysqltest: the server is running")
 	}
 	args := []string{"--no-defaults",
-		"--datadir=" + s.data(), "--socket=" + filepath.Join(s.dir, "sock"),
+		"--datadir=" + s.data(), "--tmpdir=" + s.tmp(), "--socket=" + filepath.Join(s.dir, "sock"),
 		"--pid-file=" + filepath.Join(s.dir, "pid"), "--log-error=" + filepath.Join(s.dir, "log"),
 		"--port=" + strconv.Itoa(s.port), "--bind-address=127.0.0.1", "--skip-name-resolve",
 		"--server-id=" + strconv.Itoa(s.serverID), "--log-bin=binlog", "--log-slave-updates",
