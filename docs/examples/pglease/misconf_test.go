@@ -499,6 +499,46 @@ func TestMistakeSessionPoolerOnTransactionPooler(t *testing.T) {
 	}
 }
 
+// TestMistakeSessionPoolerInStep declares SessionPooler for PgBouncer in
+// transaction mode (pool_size 20) and takes one lock from two pools at
+// once, 2,000 times: two probes at once can fall into step, each second
+// connection given the other Lock's server connection, which looks like a
+// session of its own. With 4 rounds and no pauses 2 Locks in 2,000 were
+// granted that way.
+func TestMistakeSessionPoolerInStep(t *testing.T) {
+	const tries = 2000
+	cfg := fast
+	cfg.SessionPooler = true
+	b := startBouncer(t, "transaction", 20)
+	pools := [2]*pgxpool.Pool{newPool(t, server, b.Addr()), newPool(t, server, b.Addr())}
+	var grantedN, pooledN atomic.Int64
+	for i := range tries {
+		var wg sync.WaitGroup
+		for p := range pools {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+				defer cancel()
+				l, err := cfg.Lock(ctx, pools[p], "in step")
+				switch {
+				case l != nil:
+					grantedN.Add(1)
+					t.Errorf("try %d, pool %d: a lease granted through a transaction pooler", i, p)
+					l.Unlock(context.Background())
+				case errors.Is(err, pglease.ErrPooled):
+					pooledN.Add(1)
+				default:
+					t.Errorf("try %d, pool %d: Lock = %v, want ErrPooled", i, p, err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			break
+		}
+	}
+	t.Logf("%d tries of two Locks at once: %d granted, %d refused with ErrPooled", tries, grantedN.Load(), pooledN.Load())
+}
+
 // errExample returns the error of one more Lock through pool.
 func errExample(t *testing.T, cfg pglease.Config, pool *pgxpool.Pool) error {
 	t.Helper()
