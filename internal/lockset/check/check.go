@@ -1,0 +1,281 @@
+// Package check checks a lock-set history (package history): per lock, the
+// holds of each process, from its acquire's ok to its loss or its release's
+// invoke, against each other and against the writes the guarded register
+// applied; and, with porcupine, the history against a mutex whose loss
+// counts as a release.
+package check
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/zukhruf/lease/internal/lockset/history"
+)
+
+// Counts are what a history shows of one side (the issuer's processes, or
+// the peer's). Their JSON form is fixed: summary.json and lockcheck's
+// output carry it.
+type Counts struct {
+	// Overlaps is how many pairs of holds of one lock by two processes
+	// intersect: the later acquire's ok came before the earlier holder's
+	// loss or release.
+	Overlaps int `json:"overlaps"`
+	// UnsafeWrites is how many writes the unfenced register applied while
+	// a process that took the lock after the writer's hold began held it.
+	UnsafeWrites int `json:"unsafe_writes"`
+	// StaleWritesAccepted is how many writes the fenced register accepted
+	// with a token below one it accepted before.
+	StaleWritesAccepted int `json:"stale_writes_accepted"`
+	// FalseLosses is how many losses have no fault in their window.
+	FalseLosses int `json:"false_losses"`
+	LossEvents  int `json:"loss_events"`
+	Handovers   int `json:"handovers"`
+	Writes      int `json:"writes"`
+}
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.Overlaps += o.Overlaps
+	c.UnsafeWrites += o.UnsafeWrites
+	c.StaleWritesAccepted += o.StaleWritesAccepted
+	c.FalseLosses += o.FalseLosses
+	c.LossEvents += o.LossEvents
+	c.Handovers += o.Handovers
+	c.Writes += o.Writes
+}
+
+// Violations is the sum of the counts that must be zero.
+func (c Counts) Violations() int { return c.Overlaps + c.UnsafeWrites + c.StaleWritesAccepted }
+
+// A Fault is a window in which the harness made a fault, on the history's
+// clock. Its JSON form is the one of summary.json's faults.
+type Fault struct {
+	Kind    string `json:"kind"`
+	StartNS int64  `json:"start_ns"`
+	EndNS   int64  `json:"end_ns"`
+	// Target is the process a fault aimed at, if it aimed at one.
+	Target string `json:"target,omitempty"`
+}
+
+// Options tune a check.
+type Options struct {
+	// LossWindow is how long after a fault ends a loss is still its
+	// consequence: a loss with no fault between LossWindow before it and
+	// itself is a false loss. Zero means 10 s.
+	LossWindow time.Duration
+	// Timeout bounds porcupine's search, per lock; zero means 30 s.
+	Timeout time.Duration
+	// HTMLDir, if set, is where Check writes porcupine's view of each lock
+	// whose history has a violation or is not a mutex's, with the fault
+	// windows marked: lockcheck-<lock>.html.
+	HTMLDir string
+}
+
+// A Finding is one violation, described for a person.
+type Finding struct {
+	Lock string
+	Kind string // "overlap", "unsafe write", "stale write accepted", "not linearizable"
+	Text string
+}
+
+// Result is a history's verdict.
+type Result struct {
+	// Sides maps a side, the part of a process's name before its first
+	// "-" ("lease-3" is of side lease), to its counts.
+	Sides    map[string]Counts
+	Findings []Finding
+	// Linearizable maps each lock to porcupine's verdict on it: ok,
+	// illegal, or unknown when the search ran out of time.
+	Linearizable map[string]porcupine.CheckResult
+	HTML         []string // the views written
+}
+
+// Side returns the side of process p.
+func Side(p string) string {
+	side, _, _ := strings.Cut(p, "-")
+	return side
+}
+
+// A hold is one process's holding of one lock.
+type hold struct {
+	p          string
+	token      int64
+	invoke     int64 // its acquire's invoke
+	start, end int64 // acquire ok; loss or release invoke (MaxInt64 if neither)
+}
+
+// Check checks events, sorted by time as history.Read returns them, made
+// under faults.
+func Check(events []history.Event, faults []Fault, o Options) (Result, error) {
+	if o.LossWindow == 0 {
+		o.LossWindow = 10 * time.Second
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Second
+	}
+	res := Result{Sides: map[string]Counts{}, Linearizable: map[string]porcupine.CheckResult{}}
+	byLock := map[string][]history.Event{}
+	var locks []string
+	for _, e := range events {
+		if _, ok := byLock[e.Lock]; !ok {
+			locks = append(locks, e.Lock)
+		}
+		byLock[e.Lock] = append(byLock[e.Lock], e)
+		if _, ok := res.Sides[Side(e.P)]; !ok {
+			res.Sides[Side(e.P)] = Counts{}
+		}
+	}
+	sort.Strings(locks)
+	for _, lock := range locks {
+		if err := checkLock(lock, byLock[lock], faults, o, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func checkLock(lock string, events []history.Event, faults []Fault, o Options, res *Result) error {
+	add := func(p string, f func(*Counts)) {
+		c := res.Sides[Side(p)]
+		f(&c)
+		res.Sides[Side(p)] = c
+	}
+	var holds []*hold
+	open := map[string]*hold{}    // a process's hold not ended yet
+	invoked := map[string]int64{} // a process's last acquire invoke
+	var writes []history.Event    // writes as the register applied them
+	maxAccepted := int64(math.MinInt64)
+	var last *hold // the last hold to begin
+	for _, e := range events {
+		switch {
+		case e.F == history.Acquire && e.Type == history.Invoke:
+			invoked[e.P] = e.T
+		case e.F == history.Acquire && e.Type == history.OK:
+			if h := open[e.P]; h != nil {
+				return fmt.Errorf("lock %s: %s's acquire ok at %d while it holds the lock since %d", lock, e.P, e.T, h.start)
+			}
+			h := &hold{p: e.P, token: e.Token, invoke: invoked[e.P], start: e.T, end: math.MaxInt64}
+			if last != nil && last.p != e.P {
+				add(e.P, func(c *Counts) { c.Handovers++ })
+			}
+			holds = append(holds, h)
+			open[e.P], last = h, h
+		case e.F == history.Lost:
+			if h := open[e.P]; h != nil {
+				h.end = e.T
+				delete(open, e.P)
+				add(e.P, func(c *Counts) { c.LossEvents++ })
+				if !faultNear(faults, e.T, o.LossWindow) {
+					add(e.P, func(c *Counts) { c.FalseLosses++ })
+				}
+			}
+		case e.F == history.Release && e.Type == history.Invoke:
+			if h := open[e.P]; h != nil {
+				h.end = e.T
+				delete(open, e.P)
+			}
+		case e.F == history.Write && (e.Type == history.OK || e.Type == history.Fail):
+			writes = append(writes, e)
+			add(e.P, func(c *Counts) { c.Writes++ })
+			if e.Type == history.OK {
+				if e.Token < maxAccepted {
+					add(e.P, func(c *Counts) { c.StaleWritesAccepted++ })
+					res.Findings = append(res.Findings, Finding{lock, "stale write accepted",
+						fmt.Sprintf("%s's write at %d with token %d accepted after one with token %d", e.P, e.T, e.Token, maxAccepted)})
+				}
+				maxAccepted = max(maxAccepted, e.Token)
+			}
+		}
+	}
+
+	// Overlaps: holds in the order they began; each against the earlier
+	// ones of other processes still held when it began.
+	for i, b := range holds {
+		for _, a := range holds[:i] {
+			if a.p != b.p && a.end > b.start {
+				add(b.p, func(c *Counts) { c.Overlaps++ })
+				res.Findings = append(res.Findings, Finding{lock, "overlap",
+					fmt.Sprintf("%s acquired at %d (token %d) while %s held it since %d (token %d), %s", b.p, b.start, b.token, a.p, a.start, a.token, endText(a, b))})
+			}
+		}
+	}
+
+	// Unsafe writes: a write applied while a process that took the lock
+	// after the writer's hold began held it.
+	for _, w := range writes {
+		mine := holdAt(holds, w.P, w.T)
+		if mine == nil {
+			continue // a write with no hold of its writer: counted nowhere
+		}
+		for _, h := range holds {
+			if h.p != w.P && h.start > mine.start && h.start < w.T && w.T < h.end {
+				add(w.P, func(c *Counts) { c.UnsafeWrites++ })
+				res.Findings = append(res.Findings, Finding{lock, "unsafe write",
+					fmt.Sprintf("%s's write with token %d applied at %d, while %s held the lock since %d (token %d)", w.P, w.Token, w.T, h.p, h.start, h.token)})
+				break
+			}
+		}
+	}
+
+	verdict, info := linearize(events, o.Timeout)
+	res.Linearizable[lock] = verdict
+	if verdict == porcupine.Illegal {
+		res.Findings = append(res.Findings, Finding{lock, "not linearizable", "porcupine finds no order of the acquires and releases that a mutex allows"})
+	}
+	violated := verdict == porcupine.Illegal
+	for _, f := range res.Findings {
+		violated = violated || f.Lock == lock
+	}
+	if violated && o.HTMLDir != "" {
+		path := filepath.Join(o.HTMLDir, "lockcheck-"+fileName(lock)+".html")
+		info.AddAnnotations(annotations(faults, writes))
+		if err := porcupine.VisualizePath(mutexModel, info, path); err != nil {
+			return fmt.Errorf("lock %s: write %s: %w", lock, path, err)
+		}
+		res.HTML = append(res.HTML, path)
+	}
+	return nil
+}
+
+// holdAt returns p's hold that began last at or before t.
+func holdAt(holds []*hold, p string, t int64) *hold {
+	var found *hold
+	for _, h := range holds {
+		if h.p == p && h.start <= t {
+			found = h
+		}
+	}
+	return found
+}
+
+func endText(a, b *hold) string {
+	if a.end == math.MaxInt64 {
+		return "which it never lost nor released"
+	}
+	return fmt.Sprintf("which it lost or released %v later", time.Duration(a.end-b.start))
+}
+
+// faultNear reports whether a fault window intersects [t-window, t].
+func faultNear(faults []Fault, t int64, window time.Duration) bool {
+	for _, f := range faults {
+		if f.StartNS <= t && f.EndNS >= t-int64(window) {
+			return true
+		}
+	}
+	return false
+}
+
+func fileName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}

@@ -1,0 +1,195 @@
+package check
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/zukhruf/lease/internal/lockset/history"
+)
+
+// parse reads a hand-made history, one event a line: time process f type
+// [token], on lock "a", as in "10 lease-1 acquire ok 3".
+func parse(t *testing.T, text string) []history.Event {
+	t.Helper()
+	var b strings.Builder
+	w := history.NewWriter(&b)
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		var e history.Event
+		f := strings.Fields(line)
+		if len(f) == 3 && f[2] == history.Lost {
+			f = append(f, history.OK) // a loss is an event of type ok
+		}
+		if len(f) < 4 {
+			t.Fatalf("bad line %q", line)
+		}
+		e.Lock = "a"
+		e.T, e.P, e.F, e.Type = atoi(t, f[0]), f[1], f[2], f[3]
+		if len(f) > 4 {
+			e.Token = atoi(t, f[4])
+		}
+		if err := w.Write(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	events, err := history.Read(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+func atoi(t *testing.T, s string) int64 {
+	var n int64
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			t.Fatalf("not a number: %q", s)
+		}
+		n = n*10 + int64(r-'0')
+	}
+	return n
+}
+
+// TestVerdicts feeds hand-made histories to Check and wants each verdict.
+func TestVerdicts(t *testing.T) {
+	fault := []Fault{{Kind: "pause holder", StartNS: 100, EndNS: 200}}
+	for _, tc := range []struct {
+		name   string
+		text   string
+		want   Counts
+		linear porcupine.CheckResult
+	}{{
+		name: "a clean hand-over by release",
+		text: `
+			1 lease-1 acquire invoke
+			2 lease-1 acquire ok 1
+			3 lease-2 acquire invoke
+			4 lease-1 write invoke 1
+			5 lease-1 write ok 1
+			6 lease-1 release invoke
+			7 lease-2 acquire ok 2
+			8 lease-1 release ok
+			9 lease-2 write invoke 2
+			10 lease-2 write ok 2`,
+		want:   Counts{Handovers: 1, Writes: 2},
+		linear: porcupine.Ok,
+	}, {
+		name: "a hand-over by loss: the waiter's grant after the loss",
+		text: `
+			1 lease-1 acquire invoke
+			2 lease-1 acquire ok 1
+			50 lease-2 acquire invoke
+			150 lease-1 lost
+			160 lease-2 acquire ok 2`,
+		want:   Counts{Handovers: 1, LossEvents: 1},
+		linear: porcupine.Ok,
+	}, {
+		name: "a possible overlap: the waiter's acquire was invoked before the loss, and its ok came after",
+		text: `
+			1 lease-1 acquire invoke
+			2 lease-1 acquire ok 1
+			50 lease-2 acquire invoke
+			150 lease-1 lost
+			151 lease-2 acquire ok 2`,
+		want:   Counts{Handovers: 1, LossEvents: 1},
+		linear: porcupine.Ok,
+	}, {
+		name: "a definite overlap: the second acquire's ok before the first's loss",
+		text: `
+			1 lease-1 acquire invoke
+			2 lease-1 acquire ok 1
+			50 lease-2 acquire invoke
+			140 lease-2 acquire ok 2
+			150 lease-1 lost`,
+		want:   Counts{Overlaps: 1, Handovers: 1, LossEvents: 1},
+		linear: porcupine.Illegal,
+	}, {
+		name: "an unsafe write: the old holder's write applied after the new holder's grant",
+		text: `
+			1 peer-1 acquire invoke
+			2 peer-1 acquire ok 1
+			3 peer-1 write invoke 1
+			50 peer-2 acquire invoke
+			140 peer-2 acquire ok 2
+			145 peer-1 write fail 1
+			150 peer-1 lost`,
+		want:   Counts{Overlaps: 1, UnsafeWrites: 1, Handovers: 1, LossEvents: 1, Writes: 1},
+		linear: porcupine.Illegal,
+	}, {
+		name: "a stale write accepted",
+		text: `
+			101 peer-1 acquire ok 1
+			102 peer-1 write invoke 1
+			103 peer-1 lost
+			104 peer-2 acquire ok 2
+			105 peer-2 write invoke 2
+			106 peer-2 write ok 2
+			107 peer-1 write ok 1`,
+		want:   Counts{UnsafeWrites: 1, StaleWritesAccepted: 1, Handovers: 1, LossEvents: 1, Writes: 2},
+		linear: porcupine.Ok,
+	}, {
+		name: "a false loss: no fault in its window",
+		text: `
+			1 lease-1 acquire ok 1
+			500000000000 lease-1 lost`,
+		want:   Counts{LossEvents: 1, FalseLosses: 1},
+		linear: porcupine.Ok,
+	}, {
+		name: "a release then a late loss counts once, as the release",
+		text: `
+			1 lease-1 acquire ok 1
+			5 lease-1 release invoke
+			6 lease-1 lost
+			7 lease-1 release ok`,
+		want:   Counts{},
+		linear: porcupine.Ok,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			events := parse(t, tc.text)
+			dir := t.TempDir()
+			res, err := Check(events, fault, Options{HTMLDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			side := Side(events[0].P)
+			if diff := cmp.Diff(tc.want, res.Sides[side]); diff != "" {
+				t.Errorf("counts (-want +got):\n%s\nfindings: %v", diff, res.Findings)
+			}
+			if got := res.Linearizable["a"]; got != tc.linear {
+				t.Errorf("porcupine: %v, want %v", got, tc.linear)
+			}
+			violated := tc.want.Violations() > 0 || tc.linear == porcupine.Illegal
+			if violated != (len(res.HTML) == 1) {
+				t.Errorf("views written: %v; a violation: %v", res.HTML, violated)
+			}
+			for _, path := range res.HTML {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if filepath.Dir(path) != dir || !strings.Contains(string(b), "pause holder") {
+					t.Errorf("%s: the view does not mark the fault window", path)
+				}
+			}
+		})
+	}
+}
+
+// TestReadRefuses checks that a malformed line is an error naming it.
+func TestReadRefuses(t *testing.T) {
+	for _, text := range []string{
+		`{"t": 1, "p": "lease-1", "lock": "a", "f": "grab", "type": "ok"}`,
+		`{"t": 1, "p": "lease-1", "lock": "a", "f": "acquire", "type": "maybe"}`,
+		`{"t": 1, "p": "", "lock": "a", "f": "acquire", "type": "ok"}`,
+		`{"t": "x"}`,
+	} {
+		if _, err := history.Read(strings.NewReader("\n" + text + "\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("Read(%s) = %v, want an error naming line 2", text, err)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/zukhruf/lease/internal/lockset/check"
+	"github.com/zukhruf/lease/internal/lockset/history"
+)
+
+// errViolation is the error of a history with a violation: lockset exits 1.
+var errViolation = errors.New("the history has violations")
+
+// A summary is summary.json, whose shape is fixed: other tools read it.
+// LossWindowNS is an addition: how long after a fault a loss is still its
+// consequence, for a later check of the history.
+type summary struct {
+	Issuer       string        `json:"issuer"`
+	Seed         int64         `json:"seed"`
+	Seconds      int           `json:"seconds"`
+	Faults       []check.Fault `json:"faults"`
+	Lease        check.Counts  `json:"lease"`
+	Peer         check.Counts  `json:"peer"`
+	LossWindowNS int64         `json:"loss_window_ns,omitempty"`
+}
+
+func checkMain(args []string) error {
+	fs := flag.NewFlagSet("check", flag.ExitOnError)
+	path := fs.String("history", "", "the history to check, a JSONL file; the faults are read from summary.json beside it, if there is one")
+	window := fs.Duration("loss-window", 0, "how long after a fault a loss is still its consequence (default: summary.json's, or 10s)")
+	fs.Parse(args)
+	if *path == "" {
+		return errors.New("check: -history is required")
+	}
+	var sum summary
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(*path), "summary.json")); err == nil {
+		if err := json.Unmarshal(b, &sum); err != nil {
+			return fmt.Errorf("check: summary.json: %w", err)
+		}
+	}
+	if *window == 0 {
+		*window = time.Duration(sum.LossWindowNS)
+	}
+	res, err := checkFile(*path, sum.Faults, *window)
+	if err != nil {
+		return err
+	}
+	return report(res)
+}
+
+// checkFile checks the history at path, and writes the views of the locks
+// with a violation beside it.
+func checkFile(path string, faults []check.Fault, window time.Duration) (check.Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return check.Result{}, err
+	}
+	defer f.Close()
+	events, err := history.Read(f)
+	if err != nil {
+		return check.Result{}, err
+	}
+	return check.Check(events, faults, check.Options{LossWindow: window, HTMLDir: filepath.Dir(path)})
+}
+
+// report prints each side's counts as JSON, one line a side, then the
+// findings, and returns errViolation if there is one.
+func report(res check.Result) error {
+	sides := make([]string, 0, len(res.Sides))
+	for s := range res.Sides {
+		sides = append(sides, s)
+	}
+	sort.Strings(sides)
+	bad := false
+	for _, s := range sides {
+		b, _ := json.Marshal(res.Sides[s])
+		fmt.Printf("%s %s\n", s, b)
+		bad = bad || res.Sides[s].Violations() > 0
+	}
+	for _, f := range res.Findings {
+		fmt.Printf("  %s: %s: %s\n", f.Lock, f.Kind, f.Text)
+	}
+	for lock, v := range res.Linearizable {
+		bad = bad || v == "Illegal"
+		if v != "Ok" {
+			fmt.Printf("  %s: porcupine: %s\n", lock, v)
+		}
+	}
+	for _, p := range res.HTML {
+		fmt.Printf("  view: %s\n", p)
+	}
+	if bad {
+		return errViolation
+	}
+	return nil
+}

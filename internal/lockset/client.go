@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	ossignal "os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/zukhruf/lease/internal/lockset/history"
+)
+
+// A locker takes one lock for one client process, by the issuer of this
+// repository or by the peer library.
+type locker interface {
+	// acquire waits for the lock until ctx ends. An error that leaves the
+	// outcome unknown (the wait was cut while the server may have granted
+	// it) wraps errUnknown.
+	acquire(ctx context.Context) (holding, error)
+	close()
+}
+
+// errUnknown marks an acquire whose outcome is not known: its event is of
+// type info.
+var errUnknown = errors.New("the outcome is not known")
+
+// A holding is the lock, held.
+type holding interface {
+	token() int64
+	// lost is closed when the library says the lock is lost; a release
+	// does not close it.
+	lost() <-chan struct{}
+	// held is the check before each write, as a user of the library
+	// writes it: sig.Err() == nil for the issuer.
+	held() bool
+	release(ctx context.Context) error
+}
+
+// clientConfig is what run tells each client process.
+type clientConfig struct {
+	issuer, side, p, lock string
+	endpoint, register    string
+	ttl                   time.Duration
+	seed                  uint64
+}
+
+// clientMain is a client process: it loops acquire, then while it holds
+// the lock, read the register, sleep up to the TTL, write it back with the
+// token; then release at random, or lose. It writes its events to stdout,
+// one JSON line each, and stops when it receives SIGTERM, releasing what
+// it holds.
+func clientMain(args []string) error {
+	var c clientConfig
+	fs := flag.NewFlagSet("client", flag.ExitOnError)
+	fs.StringVar(&c.issuer, "issuer", "", "")
+	fs.StringVar(&c.side, "side", "lease", "lease or peer")
+	fs.StringVar(&c.p, "p", "", "process name")
+	fs.StringVar(&c.lock, "lock", "", "lock name")
+	fs.StringVar(&c.endpoint, "endpoint", "", "the server's address, through the process's fault proxy")
+	fs.StringVar(&c.register, "register", "", "the register's URL")
+	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "the lease's TTL")
+	fs.Uint64Var(&c.seed, "seed", 1, "")
+	fs.Parse(args)
+
+	ctx, stop := ossignal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	l, err := newLocker(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	out := history.NewWriter(os.Stdout)
+	defer out.Flush()
+	cl := &client{cfg: c, out: out, rng: rand.New(rand.NewPCG(c.seed, 0x10c5e7)), http: &http.Client{Timeout: 5 * time.Second}}
+	cl.loop(ctx, l)
+	return nil
+}
+
+type client struct {
+	cfg  clientConfig
+	out  *history.Writer
+	rng  *rand.Rand
+	http *http.Client
+	mu   sync.Mutex // serializes events of the loop and of the loss watcher
+}
+
+func (c *client) emit(f, typ string, token int64, value any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.out.Write(history.Event{T: history.Now(), P: c.cfg.p, Lock: c.cfg.lock, F: f, Type: typ, Token: token, Value: value})
+	c.out.Flush()
+}
+
+func (c *client) loop(ctx context.Context, l locker) {
+	for ctx.Err() == nil {
+		c.emit(history.Acquire, history.Invoke, 0, nil)
+		actx, cancel := context.WithTimeout(ctx, 4*c.cfg.ttl)
+		h, err := l.acquire(actx)
+		cancel()
+		if err != nil {
+			typ := history.Fail
+			if errors.Is(err, errUnknown) {
+				typ = history.Info
+			}
+			c.emit(history.Acquire, typ, 0, err.Error())
+			c.sleep(ctx, time.Duration(c.rng.Int64N(int64(c.cfg.ttl/4))))
+			continue
+		}
+		token := h.token()
+		c.emit(history.Acquire, history.OK, token, nil)
+		released := make(chan struct{})
+		watched := make(chan struct{})
+		go func() { // stamps the loss when the library reports it
+			defer close(watched)
+			select {
+			case <-h.lost():
+				c.emit(history.Lost, history.OK, token, nil)
+			case <-released:
+			}
+		}()
+		keep := 1 + c.rng.IntN(8) // writes before a release, if the lock lasts
+		for n := 0; h.held() && ctx.Err() == nil; n++ {
+			if n == keep {
+				break
+			}
+			v, ok := c.read(ctx)
+			if !ok {
+				continue
+			}
+			c.sleep(ctx, time.Duration(c.rng.Int64N(int64(c.cfg.ttl))))
+			if !h.held() {
+				break
+			}
+			c.write(ctx, token, v+1)
+		}
+		c.emit(history.Release, history.Invoke, token, nil)
+		close(released)
+		rctx, cancel := context.WithTimeout(context.Background(), c.cfg.ttl)
+		err = h.release(rctx)
+		cancel()
+		<-watched
+		if err != nil {
+			c.emit(history.Release, history.Info, token, err.Error())
+		} else {
+			c.emit(history.Release, history.OK, token, nil)
+		}
+	}
+}
+
+func (c *client) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// read reads the unfenced register's value of the lock.
+func (c *client) read(ctx context.Context) (int64, bool) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", c.cfg.register+"/read?"+url.Values{"lock": {c.cfg.lock}}.Encode(), nil)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var r readReply
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return 0, false
+	}
+	return r.Value, true
+}
+
+// write sends the register the value with the token; the register stamps
+// the outcome in the history.
+func (c *client) write(ctx context.Context, token, value int64) {
+	c.emit(history.Write, history.Invoke, token, value)
+	q := url.Values{"lock": {c.cfg.lock}, "p": {c.cfg.p}, "token": {strconv.FormatInt(token, 10)}, "value": {strconv.FormatInt(value, 10)}}
+	req, _ := http.NewRequestWithContext(ctx, "POST", c.cfg.register+"/write?"+q.Encode(), nil)
+	resp, err := c.http.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+}
+
+// readClientEvents copies a client's event lines into w until r ends.
+func readClientEvents(r *bufio.Scanner, w *history.Writer) error {
+	for r.Scan() {
+		var e history.Event
+		if err := json.Unmarshal(r.Bytes(), &e); err != nil {
+			return fmt.Errorf("a client's line %q: %w", r.Text(), err)
+		}
+		if err := w.Write(e); err != nil {
+			return err
+		}
+	}
+	return r.Err()
+}

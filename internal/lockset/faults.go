@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/lockset/check"
+	"github.com/zukhruf/lease/internal/lockset/history"
+)
+
+// The kinds of fault, each made for a random time from a third of the TTL
+// to three TTLs (past the lease, most of the time), and healed.
+var faultKinds = []string{
+	"pause-holder",     // SIGSTOP of a process that holds a lock
+	"cut-holder",       // its link to the server silent both ways
+	"drop-to-server",   // a holder's link silent towards the server only
+	"drop-to-client",   // … towards the client only
+	"slow-holder",      // a holder's link delayed by more than the TTL
+	"pause-server",     // SIGSTOP of the server
+	"kill-server",      // SIGKILL of the server, restarted on its data after the fault
+	"delete-lock-keys", // an operator deletes the keys of a lock
+}
+
+// schedule makes faults until d has passed: a new fault every 5 to 15 s,
+// each healed after its own duration, so that some overlap.
+func (r *runner) schedule(d time.Duration) {
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		gap := 5*time.Second + time.Duration(r.rng.Int64N(int64(10*time.Second)))
+		if time.Until(end) < gap {
+			time.Sleep(time.Until(end))
+			return
+		}
+		time.Sleep(gap)
+		kind := faultKinds[r.rng.IntN(len(faultKinds))]
+		length := r.ttl/3 + time.Duration(r.rng.Int64N(int64(3*r.ttl-r.ttl/3)))
+		target := r.pickHolder()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.fault(kind, length, target)
+		}()
+	}
+}
+
+// pickHolder returns a client that holds a lock, at random, or any client.
+func (r *runner) pickHolder() *client_ {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var held []*client_
+	for _, c := range r.clients {
+		if r.holders[c.lock] == c.proc.name {
+			held = append(held, c)
+		}
+	}
+	if len(held) == 0 {
+		return r.clients[r.rng.IntN(len(r.clients))]
+	}
+	return held[r.rng.IntN(len(held))]
+}
+
+// fault makes one fault for length and records its window.
+func (r *runner) fault(kind string, length time.Duration, c *client_) {
+	start := history.Now()
+	heal := func() {}
+	switch kind {
+	case "pause-holder":
+		c.proc.signal(syscall.SIGSTOP)
+		heal = func() { c.proc.signal(syscall.SIGCONT) }
+	case "cut-holder":
+		c.proxy.Cut()
+		heal = c.proxy.Heal
+	case "drop-to-server":
+		c.proxy.Drop(faultnet.ToServer)
+		heal = c.proxy.Heal
+	case "drop-to-client":
+		c.proxy.Drop(faultnet.ToClient)
+		heal = c.proxy.Heal
+	case "slow-holder":
+		c.proxy.Delay(r.ttl + r.ttl/2)
+		heal = c.proxy.Heal
+	case "pause-server":
+		r.mu.Lock()
+		s := r.server
+		r.mu.Unlock()
+		s.signal(syscall.SIGSTOP)
+		heal = func() { s.signal(syscall.SIGCONT) }
+	case "kill-server":
+		r.mu.Lock()
+		s := r.server
+		r.mu.Unlock()
+		s.signal(syscall.SIGKILL)
+		<-s.done
+		heal = func() {
+			if _, err := r.startServer(); err != nil {
+				fmt.Println("lockset: restart the server:", err)
+			}
+		}
+	case "delete-lock-keys":
+		heal = func() {}
+		r.deleteKeys(c.lock)
+	}
+	time.Sleep(length)
+	heal()
+	r.mu.Lock()
+	f := check.Fault{Kind: kind, StartNS: start, EndNS: history.Now()}
+	if !strings.HasSuffix(kind, "-server") {
+		f.Target = c.proc.name
+	}
+	r.faults = append(r.faults, f)
+	r.mu.Unlock()
+}
+
+// deleteKeys deletes every key of lock, as an operator's mistake would.
+func (r *runner) deleteKeys(lock string) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", r.serverP)}, DialTimeout: r.ttl, Logger: zap.NewNop()})
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
+	defer cancel()
+	cli.Delete(ctx, "/lockset/"+lock+"/", clientv3.WithPrefix())
+}

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/lockset/check"
+	"github.com/zukhruf/lease/internal/lockset/history"
+)
+
+// sides are the two sets of clients of a run: the issuer's leases, and
+// the peer library beside them, on locks of their own.
+var sides = []string{"lease", "peer"}
+
+func newLocker(ctx context.Context, c clientConfig) (locker, error) {
+	switch c.issuer {
+	case "etcd":
+		return newEtcdLocker(c)
+	}
+	return nil, fmt.Errorf("no issuer %q (etcd)", c.issuer)
+}
+
+func serverMain(args []string) error {
+	for i, a := range args {
+		if a == "-issuer" && i+1 < len(args) && args[i+1] != "etcd" {
+			return fmt.Errorf("no server for issuer %q", args[i+1])
+		}
+	}
+	return etcdServerMain(args)
+}
+
+// proc is a process the run started: a client, or the server.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	if p != nil && p.cmd.Process != nil {
+		p.cmd.Process.Signal(sig)
+	}
+}
+
+// runner is one run of the workload.
+type runner struct {
+	issuer  string
+	dir     string
+	ttl     time.Duration
+	rng     *rand.Rand
+	out     *history.Writer
+	self    string // this executable
+	serverP int    // the server's client port, kept across restarts
+
+	mu      sync.Mutex
+	server  *proc
+	clients []*client_
+	holders map[string]string // lock → the process that holds it, as its events say
+	faults  []check.Fault
+}
+
+// client_ is a client process with its fault proxy.
+type client_ struct {
+	proc  *proc
+	side  string
+	lock  string
+	proxy *faultnet.Proxy
+}
+
+func runMain(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	issuer := fs.String("issuer", "etcd", "the issuer: etcd")
+	seconds := fs.Int("seconds", 60, "how long the workload runs")
+	seed := fs.Int64("seed", 1, "the seed of the fault schedule and of the clients")
+	outDir := fs.String("out", "", "the run's folder (default: a new one under the temporary folder)")
+	perLock := fs.Int("clients", 5, "contenders per lock")
+	locks := fs.Int("locks", 2, "locks per side")
+	ttl := fs.Duration("ttl", 2*time.Second, "the leases' TTL")
+	fs.Parse(args)
+
+	dir := *outDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", fmt.Sprintf("lockset-%s-seed%d-", *issuer, *seed)); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	fmt.Printf("lockset: run of %s, seed %d, %d s: %s\n", *issuer, *seed, *seconds, dir)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	hf, err := os.Create(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		return err
+	}
+	defer hf.Close()
+	r := &runner{issuer: *issuer, dir: dir, ttl: *ttl, rng: rand.New(rand.NewPCG(uint64(*seed), 0x10c5e7)),
+		out: history.NewWriter(hf), self: self, holders: map[string]string{}}
+
+	endpoint, err := r.startServer()
+	if err != nil {
+		return err
+	}
+	defer r.server.signal(syscall.SIGKILL)
+
+	reg := newRegister(r.out)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: reg}
+	go hs.Serve(ln)
+	defer hs.Close()
+
+	for _, side := range sides {
+		for l := range *locks {
+			lock := fmt.Sprintf("%s-%c", side, 'a'+l)
+			for range *perLock {
+				if err := r.startClient(side, lock, endpoint, "http://"+ln.Addr().String(), uint64(*seed)); err != nil {
+					r.stopClients()
+					return err
+				}
+			}
+		}
+	}
+
+	start := history.Now()
+	r.schedule(time.Duration(*seconds) * time.Second)
+	r.stopClients()
+	r.out.Flush()
+	hf.Sync()
+	window := 4 * r.ttl
+
+	res, err := checkFile(filepath.Join(dir, "history.jsonl"), r.faults, window)
+	if err != nil {
+		return err
+	}
+	sum := summary{Issuer: *issuer, Seed: *seed, Seconds: *seconds, Faults: r.faults,
+		Lease: res.Sides["lease"], Peer: res.Sides["peer"], LossWindowNS: int64(window)}
+	if sum.Faults == nil {
+		sum.Faults = []check.Fault{}
+	}
+	b, _ := json.MarshalIndent(sum, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("lockset: %d faults in %v\n", len(r.faults), time.Duration(history.Now()-start).Round(time.Second))
+	return report(res)
+}
+
+// startServer starts the server process (again, after a kill, on the same
+// port and data) and returns its endpoint.
+func (r *runner) startServer() (string, error) {
+	cmd := exec.Command(r.self, "server", "-issuer", r.issuer, "-dir", filepath.Join(r.dir, "server"), "-port", strconv.Itoa(r.serverP))
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	p := &proc{name: "server", cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		cmd.Process.Kill()
+		return "", errors.New("the server exited before it served")
+	}
+	endpoint, ok := strings.CutPrefix(sc.Text(), "endpoint ")
+	if !ok {
+		cmd.Process.Kill()
+		return "", fmt.Errorf("the server said %q", sc.Text())
+	}
+	go io.Copy(io.Discard, stdout)
+	_, port, _ := net.SplitHostPort(endpoint)
+	r.serverP, _ = strconv.Atoi(port)
+	r.mu.Lock()
+	r.server = p
+	r.mu.Unlock()
+	return endpoint, nil
+}
+
+func (r *runner) startClient(side, lock, endpoint, register string, seed uint64) error {
+	proxy, err := faultnet.Listen(endpoint)
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("%s-%d", side, len(r.clients)+1)
+	cmd := exec.Command(r.self, "client", "-issuer", r.issuer, "-side", side, "-p", name, "-lock", lock,
+		"-endpoint", proxy.Addr(), "-register", register, "-ttl", r.ttl.String(), "-seed", strconv.FormatUint(seed*1000+uint64(len(r.clients)), 10))
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var e history.Event
+			if json.Unmarshal(sc.Bytes(), &e) != nil {
+				continue
+			}
+			r.out.Write(e)
+			r.track(e)
+		}
+		cmd.Wait()
+		close(p.done)
+	}()
+	r.clients = append(r.clients, &client_{proc: p, side: side, lock: lock, proxy: proxy})
+	return nil
+}
+
+// track keeps who holds each lock, as the events say, for the faults that
+// aim at a holder.
+func (r *runner) track(e history.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case e.F == history.Acquire && e.Type == history.OK:
+		r.holders[e.Lock] = e.P
+	case (e.F == history.Lost || e.F == history.Release && e.Type == history.Invoke) && r.holders[e.Lock] == e.P:
+		delete(r.holders, e.Lock)
+	}
+}
+
+// stopClients heals every link, resumes every process, and stops the
+// clients: SIGTERM (they release what they hold), then SIGKILL after a
+// while.
+func (r *runner) stopClients() {
+	for _, c := range r.clients {
+		c.proxy.Heal()
+		c.proc.signal(syscall.SIGCONT)
+		c.proc.signal(syscall.SIGTERM)
+	}
+	r.server.signal(syscall.SIGCONT)
+	deadline := time.Now().Add(4 * r.ttl)
+	for _, c := range r.clients {
+		select {
+		case <-c.proc.done:
+		case <-time.After(time.Until(deadline)):
+			c.proc.signal(syscall.SIGKILL)
+			<-c.proc.done
+		}
+		c.proxy.Close()
+	}
+}

@@ -1,0 +1,45 @@
+# The lock-set harness, in internal/lockset, a module of its own that is
+# never published: it imports the issuers and their peer libraries. A run
+# starts the issuer's server and, per lock, contenders in processes of
+# their own (so that a pause is a real SIGSTOP of a holder), each behind a
+# fault proxy; makes faults on a random schedule from the seed; records the
+# history (one JSON object a line, on the machine's monotonic clock) and
+# checks it: overlaps, writes the guarded register applied while another
+# process held the lock, stale writes the fenced register accepted, false
+# losses, porcupine on each lock. lockcheck checks a history alone.
+
+LOCKSET_DIR := internal/lockset
+ISSUER  ?= etcd
+SECONDS ?= 60
+SEED    ?= 1
+SEEDS   ?= 10
+HISTORY ?=
+
+.PHONY: test-lockset lint-lockset lockset lockcheck
+
+TEST_STEPS += test-lockset
+lint: lint-lockset
+
+# test-lockset runs the checker's tests, which feed it hand-made histories;
+# they need no server, and build no issuer.
+test-lockset:
+	cd $(LOCKSET_DIR) && $(GO) vet ./check/... ./history/... && $(GO) test -race -count=1 ./check/... ./history/...
+
+lint-lockset:
+	cd $(LOCKSET_DIR) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+
+## lockset: one lock-set run of ISSUER (etcd) for SECONDS (60) with the
+## fault schedule of SEED (1), the peer library's clients beside the
+## issuer's; prints the run's folder and each side's counts, and fails on
+## an overlap, an unsafe write or a stale write accepted.
+lockset:
+	cd $(LOCKSET_DIR) && $(GO) build -o $(or $(TMPDIR),/tmp)/lockset-bin . && \
+		$(or $(TMPDIR),/tmp)/lockset-bin run -issuer $(ISSUER) -seconds $(SECONDS) -seed $(SEED)
+
+## lockcheck: check the history HISTORY (a history.jsonl; the faults are
+## read from the summary.json beside it); prints each side's counts and the
+## violations, writes porcupine's view of each lock with one beside the
+## history, and exits 1 on a violation.
+lockcheck:
+	@test -n "$(HISTORY)" || { echo "lockcheck: set HISTORY, as in make lockcheck HISTORY=path/to/history.jsonl" >&2; exit 2; }
+	cd $(LOCKSET_DIR) && $(GO) run . check -history $(abspath $(HISTORY))
