@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
+
+	"github.com/anishathalye/porcupine"
 
 	"github.com/zukhruf/lease/internal/lockset/check"
 	"github.com/zukhruf/lease/internal/lockset/history"
@@ -18,10 +21,11 @@ import (
 var errViolation = errors.New("the history has violations")
 
 // A summary is summary.json, whose shape is fixed: other tools read it.
-// LossWindowNS is an addition: how long after a fault a loss is still its
-// consequence, for a later check of the history.
+// Mix (the fault mix) and LossWindowNS (how long after a fault a loss is
+// still its consequence, for a later check of the history) are additions.
 type summary struct {
 	Issuer       string        `json:"issuer"`
+	Mix          string        `json:"mix,omitempty"`
 	Seed         int64         `json:"seed"`
 	Seconds      int           `json:"seconds"`
 	Faults       []check.Fault `json:"faults"`
@@ -70,25 +74,36 @@ func checkFile(path string, faults []check.Fault, window time.Duration) (check.R
 }
 
 // report prints each side's counts as JSON, one line a side, then the
-// findings, and returns errViolation if there is one.
-func report(res check.Result) error {
+// findings, and returns errViolation if a side of strict (every side, if
+// none is named) has a violation or a lock of it is not a mutex's.
+func report(res check.Result, strict ...string) error {
 	sides := make([]string, 0, len(res.Sides))
 	for s := range res.Sides {
 		sides = append(sides, s)
 	}
 	sort.Strings(sides)
+	counts := func(side string) bool { return len(strict) == 0 || slices.Contains(strict, side) }
 	bad := false
 	for _, s := range sides {
 		b, _ := json.Marshal(res.Sides[s])
 		fmt.Printf("%s %s\n", s, b)
-		bad = bad || res.Sides[s].Violations() > 0
+		bad = bad || counts(s) && res.Sides[s].Violations() > 0
 	}
 	for _, f := range res.Findings {
 		fmt.Printf("  %s: %s: %s\n", f.Lock, f.Kind, f.Text)
 	}
-	for lock, v := range res.Linearizable {
-		bad = bad || v == "Illegal"
-		if v != "Ok" {
+	locks := make([]string, 0, len(res.Linearizable))
+	for lock := range res.Linearizable {
+		locks = append(locks, lock)
+	}
+	sort.Strings(locks)
+	for _, lock := range locks {
+		v := res.Linearizable[lock]
+		bad = bad || counts(check.Side(lock)) && v == porcupine.Illegal && !res.Excused[lock]
+		switch {
+		case res.Excused[lock]:
+			fmt.Printf("  %s: porcupine: %s, only by overlaps with a stopped holder\n", lock, v)
+		case v != porcupine.Ok:
 			fmt.Printf("  %s: porcupine: %s\n", lock, v)
 		}
 	}

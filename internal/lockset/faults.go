@@ -17,21 +17,43 @@ import (
 )
 
 // The kinds of fault, each made for a random time from a third of the TTL
-// to three TTLs (past the lease, most of the time), and healed.
-var faultKinds = []string{
-	"pause-holder",     // SIGSTOP of a process that holds a lock
-	"cut-holder",       // its link to the server silent both ways
-	"drop-to-server",   // a holder's link silent towards the server only
-	"drop-to-client",   // … towards the client only
-	"slow-holder",      // a holder's link delayed by more than the TTL
-	"pause-server",     // SIGSTOP of the server
-	"kill-server",      // SIGKILL of the server, restarted on its data after the fault
-	"delete-lock-keys", // an operator deletes the keys of a lock
+// to three TTLs (past the lease, most of the time), and healed, by mix.
+var faultMixes = map[string][]string{
+	// A holder's process: SIGSTOP of a process that holds a lock.
+	"process": {"pause-holder"},
+	// A holder's link to the server, through its proxy: silent both ways,
+	// silent one way, delayed by more than the TTL.
+	"network": {"cut-holder", "drop-to-server", "drop-to-client", "slow-holder"},
+	// The server's process: SIGSTOP, or SIGKILL and a restart on its data
+	// once the fault ends.
+	"server": {"pause-server", "kill-server"},
+	// An operator deletes the keys of a lock.
+	"operator": {"delete-lock-keys"},
+}
+
+// mixes lists the mixes in the order lockset-all runs them; all is every
+// kind.
+var mixes = []string{"all", "network", "server", "process", "operator"}
+
+// faultKinds returns the kinds of mix.
+func faultKinds(mix string) ([]string, error) {
+	if mix == "all" {
+		var all []string
+		for _, m := range mixes[1:] {
+			all = append(all, faultMixes[m]...)
+		}
+		return all, nil
+	}
+	kinds, ok := faultMixes[mix]
+	if !ok {
+		return nil, fmt.Errorf("no fault mix %q (%s)", mix, strings.Join(mixes, ", "))
+	}
+	return kinds, nil
 }
 
 // schedule makes faults until d has passed: a new fault every 5 to 15 s,
 // each healed after its own duration, so that some overlap.
-func (r *runner) schedule(d time.Duration) {
+func (r *runner) schedule(d time.Duration, kinds []string) {
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -42,7 +64,7 @@ func (r *runner) schedule(d time.Duration) {
 			return
 		}
 		time.Sleep(gap)
-		kind := faultKinds[r.rng.IntN(len(faultKinds))]
+		kind := kinds[r.rng.IntN(len(kinds))]
 		length := r.ttl/3 + time.Duration(r.rng.Int64N(int64(3*r.ttl-r.ttl/3)))
 		target := r.pickHolder()
 		wg.Add(1)

@@ -93,18 +93,22 @@ func runMain(args []string) error {
 	perLock := fs.Int("clients", 5, "contenders per lock")
 	locks := fs.Int("locks", 2, "locks per side")
 	ttl := fs.Duration("ttl", 2*time.Second, "the leases' TTL")
+	mix := fs.String("mix", "all", "the fault mix: "+strings.Join(mixes, ", "))
 	fs.Parse(args)
+	kinds, err := faultKinds(*mix)
+	if err != nil {
+		return err
+	}
 
 	dir := *outDir
 	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", fmt.Sprintf("lockset-%s-seed%d-", *issuer, *seed)); err != nil {
+		if dir, err = os.MkdirTemp("", fmt.Sprintf("lockset-%s-%s-seed%d-", *issuer, *mix, *seed)); err != nil {
 			return err
 		}
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("lockset: run of %s, seed %d, %d s: %s\n", *issuer, *seed, *seconds, dir)
+	fmt.Printf("lockset: run of %s, faults %s, seed %d, %d s: %s\n", *issuer, *mix, *seed, *seconds, dir)
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -145,7 +149,7 @@ func runMain(args []string) error {
 	}
 
 	start := history.Now()
-	r.schedule(time.Duration(*seconds) * time.Second)
+	r.schedule(time.Duration(*seconds)*time.Second, kinds)
 	r.stopClients()
 	r.out.Flush()
 	hf.Sync()
@@ -155,7 +159,7 @@ func runMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	sum := summary{Issuer: *issuer, Seed: *seed, Seconds: *seconds, Faults: r.faults,
+	sum := summary{Issuer: *issuer, Mix: *mix, Seed: *seed, Seconds: *seconds, Faults: r.faults,
 		Lease: res.Sides["lease"], Peer: res.Sides["peer"], LossWindowNS: int64(window)}
 	if sum.Faults == nil {
 		sum.Faults = []check.Fault{}
@@ -165,7 +169,7 @@ func runMain(args []string) error {
 		return err
 	}
 	fmt.Printf("lockset: %d faults in %v\n", len(r.faults), time.Duration(history.Now()-start).Round(time.Second))
-	return report(res)
+	return report(res, "lease")
 }
 
 // startServer starts the server process (again, after a kill, on the same

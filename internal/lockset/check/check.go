@@ -34,9 +34,19 @@ type Counts struct {
 	StaleWritesAccepted int `json:"stale_writes_accepted"`
 	// FalseLosses is how many losses have no fault in their window.
 	FalseLosses int `json:"false_losses"`
-	LossEvents  int `json:"loss_events"`
-	Handovers   int `json:"handovers"`
-	Writes      int `json:"writes"`
+	// StoppedHolder is how many of the overlaps and unsafe writes came
+	// with the earlier holder stopped (a pause-holder fault: SIGSTOP) at the
+	// moment the later one was granted: an overlap whose holder sent no
+	// write between its resumption and its loss, a write sent before the
+	// resumption. No lease can warn a stopped process, and one stopped
+	// between its check and its write sends the write when it resumes:
+	// only the fencing token protects the resource then. They are not
+	// violations of the lease's promise; stale writes accepted would be. A
+	// holder that resumes and writes before its loss is not excused.
+	StoppedHolder int `json:"stopped_holder"`
+	LossEvents    int `json:"loss_events"`
+	Handovers     int `json:"handovers"`
+	Writes        int `json:"writes"`
 }
 
 // Add adds o to c.
@@ -45,13 +55,18 @@ func (c *Counts) Add(o Counts) {
 	c.UnsafeWrites += o.UnsafeWrites
 	c.StaleWritesAccepted += o.StaleWritesAccepted
 	c.FalseLosses += o.FalseLosses
+	c.StoppedHolder += o.StoppedHolder
 	c.LossEvents += o.LossEvents
 	c.Handovers += o.Handovers
 	c.Writes += o.Writes
 }
 
-// Violations is the sum of the counts that must be zero.
-func (c Counts) Violations() int { return c.Overlaps + c.UnsafeWrites + c.StaleWritesAccepted }
+// Violations is the sum of the counts that must be zero: the overlaps and
+// unsafe writes not explained by a stopped holder, and the stale writes
+// accepted.
+func (c Counts) Violations() int {
+	return c.Overlaps + c.UnsafeWrites - c.StoppedHolder + c.StaleWritesAccepted
+}
 
 // A Fault is a window in which the harness made a fault, on the history's
 // clock. Its JSON form is the one of summary.json's faults.
@@ -93,7 +108,10 @@ type Result struct {
 	// Linearizable maps each lock to porcupine's verdict on it: ok,
 	// illegal, or unknown when the search ran out of time.
 	Linearizable map[string]porcupine.CheckResult
-	HTML         []string // the views written
+	// Excused lists the locks porcupine finds illegal only because of
+	// overlaps with a stopped holder (see Counts.StoppedHolder).
+	Excused map[string]bool
+	HTML    []string // the views written
 }
 
 // Side returns the side of process p.
@@ -119,7 +137,7 @@ func Check(events []history.Event, faults []Fault, o Options) (Result, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Second
 	}
-	res := Result{Sides: map[string]Counts{}, Linearizable: map[string]porcupine.CheckResult{}}
+	res := Result{Sides: map[string]Counts{}, Linearizable: map[string]porcupine.CheckResult{}, Excused: map[string]bool{}}
 	byLock := map[string][]history.Event{}
 	var locks []string
 	for _, e := range events {
@@ -150,6 +168,7 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 	open := map[string]*hold{}    // a process's hold not ended yet
 	invoked := map[string]int64{} // a process's last acquire invoke
 	var writes []history.Event    // writes as the register applied them
+	var sent []history.Event      // writes as their processes sent them
 	maxAccepted := int64(math.MinInt64)
 	var last *hold // the last hold to begin
 	for _, e := range events {
@@ -180,6 +199,8 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 				h.end = e.T
 				delete(open, e.P)
 			}
+		case e.F == history.Write && e.Type == history.Invoke:
+			sent = append(sent, e)
 		case e.F == history.Write && (e.Type == history.OK || e.Type == history.Fail):
 			writes = append(writes, e)
 			add(e.P, func(c *Counts) { c.Writes++ })
@@ -196,11 +217,21 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 
 	// Overlaps: holds in the order they began; each against the earlier
 	// ones of other processes still held when it began.
+	overlaps, excused := 0, 0
 	for i, b := range holds {
 		for _, a := range holds[:i] {
 			if a.p != b.p && a.end > b.start {
 				add(b.p, func(c *Counts) { c.Overlaps++ })
-				res.Findings = append(res.Findings, Finding{lock, "overlap",
+				overlaps++
+				kind := "overlap"
+				// Excused: a was stopped when b was granted, and sent no
+				// write between its resumption and its loss or release.
+				if f := pauseAt(faults, a.p, b.start); f != nil && !sentBetween(sent, a.p, f.EndNS, a.end) {
+					excused++
+					add(b.p, func(c *Counts) { c.StoppedHolder++ })
+					kind = "overlap, the holder stopped"
+				}
+				res.Findings = append(res.Findings, Finding{lock, kind,
 					fmt.Sprintf("%s acquired at %d (token %d) while %s held it since %d (token %d), %s", b.p, b.start, b.token, a.p, a.start, a.token, endText(a, b))})
 			}
 		}
@@ -216,7 +247,14 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 		for _, h := range holds {
 			if h.p != w.P && h.start > mine.start && h.start < w.T && w.T < h.end {
 				add(w.P, func(c *Counts) { c.UnsafeWrites++ })
-				res.Findings = append(res.Findings, Finding{lock, "unsafe write",
+				kind := "unsafe write"
+				// Excused: the writer was stopped when h was granted, and
+				// had sent the write before it resumed.
+				if f := pauseAt(faults, w.P, h.start); f != nil && lastSent(sent, w.P, w.T) < f.EndNS {
+					add(w.P, func(c *Counts) { c.StoppedHolder++ })
+					kind = "unsafe write, the writer stopped"
+				}
+				res.Findings = append(res.Findings, Finding{lock, kind,
 					fmt.Sprintf("%s's write with token %d applied at %d, while %s held the lock since %d (token %d)", w.P, w.Token, w.T, h.p, h.start, h.token)})
 				break
 			}
@@ -225,6 +263,7 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 
 	verdict, info := linearize(events, o.Timeout)
 	res.Linearizable[lock] = verdict
+	res.Excused[lock] = verdict == porcupine.Illegal && overlaps > 0 && overlaps == excused
 	if verdict == porcupine.Illegal {
 		res.Findings = append(res.Findings, Finding{lock, "not linearizable", "porcupine finds no order of the acquires and releases that a mutex allows"})
 	}
@@ -259,6 +298,41 @@ func endText(a, b *hold) string {
 		return "which it never lost nor released"
 	}
 	return fmt.Sprintf("which it lost or released %v later", time.Duration(a.end-b.start))
+}
+
+// PauseHolder is the kind of the fault that stops a holder's process.
+const PauseHolder = "pause-holder"
+
+// pauseAt returns the pause-holder fault that stopped process p at t, or
+// nil.
+func pauseAt(faults []Fault, p string, t int64) *Fault {
+	for i, f := range faults {
+		if f.Kind == PauseHolder && f.Target == p && f.StartNS <= t && t <= f.EndNS {
+			return &faults[i]
+		}
+	}
+	return nil
+}
+
+// sentBetween reports whether p sent a write in (from, to).
+func sentBetween(sent []history.Event, p string, from, to int64) bool {
+	for _, e := range sent {
+		if e.P == p && e.T > from && e.T < to {
+			return true
+		}
+	}
+	return false
+}
+
+// lastSent returns the time of p's last write sent before t.
+func lastSent(sent []history.Event, p string, t int64) int64 {
+	last := int64(math.MinInt64)
+	for _, e := range sent {
+		if e.P == p && e.T < t {
+			last = e.T
+		}
+	}
+	return last
 }
 
 // faultNear reports whether a fault window intersects [t-window, t].

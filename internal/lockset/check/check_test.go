@@ -57,7 +57,7 @@ func atoi(t *testing.T, s string) int64 {
 
 // TestVerdicts feeds hand-made histories to Check and wants each verdict.
 func TestVerdicts(t *testing.T) {
-	fault := []Fault{{Kind: "pause holder", StartNS: 100, EndNS: 200}}
+	fault := []Fault{{Kind: PauseHolder, Target: "lease-1", StartNS: 100, EndNS: 200}}
 	for _, tc := range []struct {
 		name   string
 		text   string
@@ -103,8 +103,8 @@ func TestVerdicts(t *testing.T) {
 		text: `
 			1 lease-1 acquire invoke
 			2 lease-1 acquire ok 1
-			50 lease-2 acquire invoke
-			140 lease-2 acquire ok 2
+			30 lease-2 acquire invoke
+			40 lease-2 acquire ok 2
 			150 lease-1 lost`,
 		want:   Counts{Overlaps: 1, Handovers: 1, LossEvents: 1},
 		linear: porcupine.Illegal,
@@ -132,6 +132,37 @@ func TestVerdicts(t *testing.T) {
 			107 peer-1 write ok 1`,
 		want:   Counts{UnsafeWrites: 1, StaleWritesAccepted: 1, Handovers: 1, LossEvents: 1, Writes: 2},
 		linear: porcupine.Ok,
+	}, {
+		name: "an overlap and an unsafe write with the earlier holder stopped at the grant",
+		text: `
+			1 lease-1 acquire ok 1
+			90 lease-1 write invoke 1
+			110 lease-2 acquire invoke
+			150 lease-2 acquire ok 2
+			201 lease-1 write fail 1
+			202 lease-1 lost`,
+		want:   Counts{Overlaps: 1, UnsafeWrites: 1, StoppedHolder: 2, Handovers: 1, LossEvents: 1, Writes: 1},
+		linear: porcupine.Illegal,
+	}, {
+		name: "a stopped holder that resumes and writes before its loss is not excused",
+		text: `
+			1 lease-1 acquire ok 1
+			110 lease-2 acquire invoke
+			150 lease-2 acquire ok 2
+			210 lease-1 write invoke 1
+			211 lease-1 write fail 1
+			220 lease-1 lost`,
+		want:   Counts{Overlaps: 1, UnsafeWrites: 1, Handovers: 1, LossEvents: 1, Writes: 1},
+		linear: porcupine.Illegal,
+	}, {
+		name: "an overlap with the earlier holder stopped, but not at the grant",
+		text: `
+			1 lease-1 acquire ok 1
+			110 lease-2 acquire invoke
+			250 lease-2 acquire ok 2
+			260 lease-1 lost`,
+		want:   Counts{Overlaps: 1, Handovers: 1, LossEvents: 1},
+		linear: porcupine.Illegal,
 	}, {
 		name: "a false loss: no fault in its window",
 		text: `
@@ -163,7 +194,10 @@ func TestVerdicts(t *testing.T) {
 			if got := res.Linearizable["a"]; got != tc.linear {
 				t.Errorf("porcupine: %v, want %v", got, tc.linear)
 			}
-			violated := tc.want.Violations() > 0 || tc.linear == porcupine.Illegal
+			if tc.want.StoppedHolder > 0 && tc.want.Violations() == 0 && !res.Excused["a"] {
+				t.Errorf("an illegal history explained by a stopped holder is not excused")
+			}
+			violated := tc.want.Overlaps+tc.want.UnsafeWrites+tc.want.StaleWritesAccepted > 0 || tc.linear == porcupine.Illegal
 			if violated != (len(res.HTML) == 1) {
 				t.Errorf("views written: %v; a violation: %v", res.HTML, violated)
 			}
@@ -172,7 +206,7 @@ func TestVerdicts(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if filepath.Dir(path) != dir || !strings.Contains(string(b), "pause holder") {
+				if filepath.Dir(path) != dir || !strings.Contains(string(b), "pause-holder lease-1") {
 					t.Errorf("%s: the view does not mark the fault window", path)
 				}
 			}
