@@ -66,17 +66,24 @@ func (r *runner) schedule(d time.Duration, kinds []string) {
 		time.Sleep(gap)
 		kind := kinds[r.rng.IntN(len(kinds))]
 		length := r.ttl/3 + time.Duration(r.rng.Int64N(int64(3*r.ttl-r.ttl/3)))
-		target := r.pickHolder()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.fault(kind, length, target)
-		}()
+		targets := r.pickHolders()
+		if strings.HasSuffix(kind, "-server") || kind == "delete-lock-keys" {
+			targets = targets[:1]
+		}
+		for _, target := range targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.fault(kind, length, target)
+			}()
+		}
 	}
 }
 
-// pickHolder returns a client that holds a lock, at random, or any client.
-func (r *runner) pickHolder() *client_ {
+// pickHolders returns the clients that hold a lock, each with probability
+// one half but at least one, in random order; or, when no client holds
+// one, a client at random.
+func (r *runner) pickHolders() []*client_ {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var held []*client_
@@ -86,9 +93,33 @@ func (r *runner) pickHolder() *client_ {
 		}
 	}
 	if len(held) == 0 {
-		return r.clients[r.rng.IntN(len(r.clients))]
+		return []*client_{r.clients[r.rng.IntN(len(r.clients))]}
 	}
-	return held[r.rng.IntN(len(held))]
+	r.rng.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
+	n := 1
+	for n < len(held) && r.rng.IntN(2) == 0 {
+		n++
+	}
+	return held[:n]
+}
+
+// healOnce counts one more fault on a client's link or process in active,
+// and returns the heal of it, which heals only once no other fault of the
+// same count is active: two faults that overlap on one link end when the
+// later ends.
+func (r *runner) healOnce(active *int, heal func()) func() {
+	r.mu.Lock()
+	*active++
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		*active--
+		last := *active == 0
+		r.mu.Unlock()
+		if last {
+			heal()
+		}
+	}
 }
 
 // fault makes one fault for length and records its window.
@@ -98,19 +129,19 @@ func (r *runner) fault(kind string, length time.Duration, c *client_) {
 	switch kind {
 	case "pause-holder":
 		c.proc.signal(syscall.SIGSTOP)
-		heal = func() { c.proc.signal(syscall.SIGCONT) }
+		heal = r.healOnce(&c.paused, func() { c.proc.signal(syscall.SIGCONT) })
 	case "cut-holder":
 		c.proxy.Cut()
-		heal = c.proxy.Heal
+		heal = r.healOnce(&c.faulted, c.proxy.Heal)
 	case "drop-to-server":
 		c.proxy.Drop(faultnet.ToServer)
-		heal = c.proxy.Heal
+		heal = r.healOnce(&c.faulted, c.proxy.Heal)
 	case "drop-to-client":
 		c.proxy.Drop(faultnet.ToClient)
-		heal = c.proxy.Heal
+		heal = r.healOnce(&c.faulted, c.proxy.Heal)
 	case "slow-holder":
 		c.proxy.Delay(r.ttl + r.ttl/2)
-		heal = c.proxy.Heal
+		heal = r.healOnce(&c.faulted, c.proxy.Heal)
 	case "pause-server":
 		r.mu.Lock()
 		s := r.server

@@ -3,7 +3,8 @@
 // checks the history it records (Jepsen's lock-set: acquire, read the
 // guarded register, sleep, write it back with the token, release or lose).
 //
-//	lockset run -issuer etcd -seconds 600 -seed 7 [-out DIR]
+//	lockset run -issuer etcd -seconds 600 -seed 7 [-mix all] [-out DIR]
+//	lockset all -seconds 600 -seeds 10 [-doc FILE]
 //	lockset check -history DIR/history.jsonl
 //
 // run prints the folder of the run, which holds history.jsonl, summary.json
@@ -25,6 +26,8 @@ func main() {
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "run":
 		err = runMain(args)
+	case "all":
+		err = allMain(args)
 	case "check":
 		err = checkMain(args)
 	case "client":
@@ -44,6 +47,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: lockset run -issuer NAME -seconds N -seed N [-out DIR] | lockset check -history FILE")
+	fmt.Fprintln(os.Stderr, "usage: lockset run -issuer NAME -seconds N -seed N [-mix MIX] [-out DIR] | lockset all -seconds N -seeds N [-doc FILE] | lockset check -history FILE")
 	os.Exit(2)
 }

@@ -29,6 +29,9 @@ import (
 // the peer library beside them, on locks of their own.
 var sides = []string{"lease", "peer"}
 
+// issuers are the issuers a run can take.
+var issuers = []string{"etcd"}
+
 func newLocker(ctx context.Context, c clientConfig) (locker, error) {
 	switch c.issuer {
 	case "etcd":
@@ -82,94 +85,123 @@ type client_ struct {
 	side  string
 	lock  string
 	proxy *faultnet.Proxy
+	// How many faults are active on the link and on the process; under
+	// runner.mu.
+	faulted, paused int
+}
+
+// runConfig is one run's settings.
+type runConfig struct {
+	issuer, mix    string
+	seconds        int
+	seed           int64
+	dir            string
+	perLock, locks int
+	ttl            time.Duration
+}
+
+func (c *runConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.issuer, "issuer", "etcd", "the issuer: "+strings.Join(issuers, ", "))
+	fs.IntVar(&c.seconds, "seconds", 60, "how long the workload runs")
+	fs.Int64Var(&c.seed, "seed", 1, "the seed of the fault schedule and of the clients")
+	fs.StringVar(&c.dir, "out", "", "the run's folder (default: a new one under the temporary folder)")
+	fs.IntVar(&c.perLock, "clients", 5, "contenders per lock")
+	fs.IntVar(&c.locks, "locks", 3, "locks per side")
+	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "the leases' TTL")
+	fs.StringVar(&c.mix, "mix", "all", "the fault mix: "+strings.Join(mixes, ", "))
 }
 
 func runMain(args []string) error {
+	var c runConfig
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	issuer := fs.String("issuer", "etcd", "the issuer: etcd")
-	seconds := fs.Int("seconds", 60, "how long the workload runs")
-	seed := fs.Int64("seed", 1, "the seed of the fault schedule and of the clients")
-	outDir := fs.String("out", "", "the run's folder (default: a new one under the temporary folder)")
-	perLock := fs.Int("clients", 5, "contenders per lock")
-	locks := fs.Int("locks", 2, "locks per side")
-	ttl := fs.Duration("ttl", 2*time.Second, "the leases' TTL")
-	mix := fs.String("mix", "all", "the fault mix: "+strings.Join(mixes, ", "))
+	c.flags(fs)
 	fs.Parse(args)
-	kinds, err := faultKinds(*mix)
+	res, _, err := run(c)
 	if err != nil {
 		return err
 	}
+	return report(res, "lease")
+}
 
-	dir := *outDir
+// run makes one run and checks it; it writes the run's folder and returns
+// the check's result and the summary.
+func run(c runConfig) (check.Result, summary, error) {
+	var res check.Result
+	var sum summary
+	kinds, err := faultKinds(c.mix)
+	if err != nil {
+		return res, sum, err
+	}
+	dir := c.dir
 	if dir == "" {
-		if dir, err = os.MkdirTemp("", fmt.Sprintf("lockset-%s-%s-seed%d-", *issuer, *mix, *seed)); err != nil {
-			return err
+		if dir, err = os.MkdirTemp("", fmt.Sprintf("lockset-%s-%s-seed%d-", c.issuer, c.mix, c.seed)); err != nil {
+			return res, sum, err
 		}
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return res, sum, err
 	}
-	fmt.Printf("lockset: run of %s, faults %s, seed %d, %d s: %s\n", *issuer, *mix, *seed, *seconds, dir)
+	fmt.Printf("lockset: run of %s, faults %s, seed %d, %d s: %s\n", c.issuer, c.mix, c.seed, c.seconds, dir)
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return res, sum, err
 	}
 	hf, err := os.Create(filepath.Join(dir, "history.jsonl"))
 	if err != nil {
-		return err
+		return res, sum, err
 	}
 	defer hf.Close()
-	r := &runner{issuer: *issuer, dir: dir, ttl: *ttl, rng: rand.New(rand.NewPCG(uint64(*seed), 0x10c5e7)),
+	r := &runner{issuer: c.issuer, dir: dir, ttl: c.ttl, rng: rand.New(rand.NewPCG(uint64(c.seed), 0x10c5e7)),
 		out: history.NewWriter(hf), self: self, holders: map[string]string{}}
 
 	endpoint, err := r.startServer()
 	if err != nil {
-		return err
+		return res, sum, err
 	}
 	defer r.server.signal(syscall.SIGKILL)
 
 	reg := newRegister(r.out)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return res, sum, err
 	}
 	hs := &http.Server{Handler: reg}
 	go hs.Serve(ln)
 	defer hs.Close()
 
 	for _, side := range sides {
-		for l := range *locks {
+		for l := range c.locks {
 			lock := fmt.Sprintf("%s-%c", side, 'a'+l)
-			for range *perLock {
-				if err := r.startClient(side, lock, endpoint, "http://"+ln.Addr().String(), uint64(*seed)); err != nil {
+			for range c.perLock {
+				if err := r.startClient(side, lock, endpoint, "http://"+ln.Addr().String(), uint64(c.seed)); err != nil {
 					r.stopClients()
-					return err
+					return res, sum, err
 				}
 			}
 		}
 	}
 
 	start := history.Now()
-	r.schedule(time.Duration(*seconds)*time.Second, kinds)
+	r.schedule(time.Duration(c.seconds)*time.Second, kinds)
 	r.stopClients()
 	r.out.Flush()
 	hf.Sync()
 	window := 4 * r.ttl
 
-	res, err := checkFile(filepath.Join(dir, "history.jsonl"), r.faults, window)
+	res, err = checkFile(filepath.Join(dir, "history.jsonl"), r.faults, window)
 	if err != nil {
-		return err
+		return res, sum, err
 	}
-	sum := summary{Issuer: *issuer, Mix: *mix, Seed: *seed, Seconds: *seconds, Faults: r.faults,
+	sum = summary{Issuer: c.issuer, Mix: c.mix, Seed: c.seed, Seconds: c.seconds, Faults: r.faults,
 		Lease: res.Sides["lease"], Peer: res.Sides["peer"], LossWindowNS: int64(window)}
 	if sum.Faults == nil {
 		sum.Faults = []check.Fault{}
 	}
 	b, _ := json.MarshalIndent(sum, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
-		return err
+		return res, sum, err
 	}
 	fmt.Printf("lockset: %d faults in %v\n", len(r.faults), time.Duration(history.Now()-start).Round(time.Second))
-	return report(res, "lease")
+	return res, sum, nil
 }
 
 // startServer starts the server process (again, after a kill, on the same

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/zukhruf/lease/internal/lockset/check"
+)
+
+// The markers between which allMain writes its table into the document.
+const (
+	tableBegin = "<!-- lockset-all table: written by make lockset-all -->"
+	tableEnd   = "<!-- end of the lockset-all table -->"
+)
+
+// allMain is "lockset all": for each issuer, seeds runs of seconds each,
+// seed n with the fault mix n-1 modulo the mixes (all, network, server,
+// process, operator), and the table of them written into a document.
+func allMain(args []string) error {
+	var c runConfig
+	fs := flag.NewFlagSet("all", flag.ExitOnError)
+	c.flags(fs)
+	seeds := fs.Int("seeds", 10, "runs per issuer, seeds 1 to seeds, the fault mixes in turn")
+	list := fs.String("issuers", strings.Join(issuers, ","), "the issuers, separated by commas")
+	doc := fs.String("doc", "", "a document to write the table into, between its markers")
+	fs.Parse(args)
+	root := c.dir
+	if root == "" {
+		var err error
+		if root, err = os.MkdirTemp("", "lockset-all-"); err != nil {
+			return err
+		}
+	}
+	type row struct {
+		issuer, mix   string
+		runs, seconds int
+		lease, peer   check.Counts
+		illegal       int // lease locks porcupine finds illegal, not excused
+	}
+	var rows []*row
+	find := func(issuer, mix string) *row {
+		for _, r := range rows {
+			if r.issuer == issuer && r.mix == mix {
+				return r
+			}
+		}
+		r := &row{issuer: issuer, mix: mix}
+		rows = append(rows, r)
+		return r
+	}
+	started := time.Now()
+	violations := 0
+	for _, issuer := range strings.Split(*list, ",") {
+		for seed := 1; seed <= *seeds; seed++ {
+			rc := c
+			rc.issuer, rc.seed, rc.mix = issuer, int64(seed), mixes[(seed-1)%len(mixes)]
+			rc.dir = filepath.Join(root, fmt.Sprintf("%s-%s-seed%d", issuer, rc.mix, seed))
+			res, sum, err := run(rc)
+			if err != nil {
+				return fmt.Errorf("%s seed %d: %w", issuer, seed, err)
+			}
+			if err := report(res, "lease"); err != nil {
+				violations++
+			}
+			r := find(issuer, rc.mix)
+			r.runs++
+			r.seconds += rc.seconds
+			r.lease.Add(sum.Lease)
+			r.peer.Add(sum.Peer)
+			for lock, v := range res.Linearizable {
+				if check.Side(lock) == "lease" && v == "Illegal" && !res.Excused[lock] {
+					r.illegal++
+				}
+			}
+		}
+	}
+	var t bytes.Buffer
+	fmt.Fprintf(&t, "%s\n\n", tableBegin)
+	fmt.Fprintf(&t, "`make lockset-all SECONDS=%d SEEDS=%d`, %s, %d contenders on each of %d locks a side, TTL %v; %v in all.\n",
+		c.seconds, *seeds, time.Now().UTC().Format("2006-01-02"), c.perLock, c.locks, c.ttl, time.Since(started).Round(time.Minute))
+	fmt.Fprintf(&t, "Each cell is the issuer's lease, then the peer library beside it (etcd: `concurrency.Mutex`). The last column counts the lease's locks that porcupine finds not a mutex's, other than by a stopped holder.\n\n")
+	fmt.Fprintf(&t, "| issuer | faults | runs | minutes | loss events | hand-overs | writes | overlaps | unsafe writes | of them, a stopped holder's | stale writes accepted | false losses | not a mutex |\n")
+	fmt.Fprintf(&t, "|---|---|---:|---:|---|---|---|---|---|---|---|---|---:|\n")
+	pair := func(a, b int) string { return fmt.Sprintf("%d · %d", a, b) }
+	for _, r := range rows {
+		fmt.Fprintf(&t, "| %s | %s | %d | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
+			r.issuer, r.mix, r.runs, float64(r.seconds)/60,
+			pair(r.lease.LossEvents, r.peer.LossEvents), pair(r.lease.Handovers, r.peer.Handovers), pair(r.lease.Writes, r.peer.Writes),
+			pair(r.lease.Overlaps, r.peer.Overlaps), pair(r.lease.UnsafeWrites, r.peer.UnsafeWrites), pair(r.lease.StoppedHolder, r.peer.StoppedHolder),
+			pair(r.lease.StaleWritesAccepted, r.peer.StaleWritesAccepted), pair(r.lease.FalseLosses, r.peer.FalseLosses), r.illegal)
+	}
+	fmt.Fprintf(&t, "\n%s", tableEnd)
+	fmt.Println(t.String())
+	fmt.Printf("lockset: the runs are in %s\n", root)
+	if *doc != "" {
+		if err := writeTable(*doc, t.String()); err != nil {
+			return err
+		}
+	}
+	if violations > 0 {
+		fmt.Fprintf(os.Stderr, "lockset: %d runs with violations of the lease\n", violations)
+		return errViolation
+	}
+	return nil
+}
+
+// writeTable puts table in place of the text between the markers of doc.
+func writeTable(doc, table string) error {
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		return err
+	}
+	i, j := bytes.Index(b, []byte(tableBegin)), bytes.Index(b, []byte(tableEnd))
+	if i < 0 || j < i {
+		return errors.New(doc + ": no lockset-all table markers")
+	}
+	out := append(append(append([]byte{}, b[:i]...), table...), b[j+len(tableEnd):]...)
+	return os.WriteFile(doc, out, 0o644)
+}
