@@ -24,17 +24,17 @@ lint: lint-lockset
 
 # test-lockset runs the checker's tests, which feed it hand-made histories;
 # they need no server, and build no issuer.
-test-lockset:
+test-lockset: $(if $(filter redis,$(ISSUER)),redis-deps)
 	cd $(LOCKSET_DIR) && $(GO) vet ./check/... ./history/... && $(GO) test -race -count=1 ./check/... ./history/...
 
-lint-lockset:
+lint-lockset: $(if $(filter redis,$(ISSUER)),redis-deps)
 	cd $(LOCKSET_DIR) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
-## lockset: one lock-set run of ISSUER (etcd) for SECONDS (60) with the
+## lockset: one lock-set run of ISSUER (etcd or redis) for SECONDS (60) with the
 ## fault schedule of SEED (1), the peer library's clients beside the
 ## issuer's; prints the run's folder and each side's counts, and fails on
 ## an overlap, an unsafe write or a stale write accepted.
-lockset:
+lockset: $(if $(filter redis,$(ISSUER)),redis-deps)
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_BIN) run -issuer $(ISSUER) -seconds $(SECONDS) -seed $(SEED)
 
@@ -42,13 +42,13 @@ lockset:
 ## with the fault mix n-1 modulo (all, network, server, process, operator);
 ## writes the table into docs/lockset.md; fails if a run of the lease has a
 ## violation. SECONDS=600 SEEDS=10 takes 100 minutes an issuer.
-lockset-all:
+lockset-all: redis-deps
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_BIN) all -seconds $(SECONDS) -seeds $(SEEDS) -doc $(CURDIR)/docs/lockset.md
 
 ## lockset-smoke: a 60 s run of each issuer with every fault mix, in make e2e.
 E2E_STEPS += lockset-smoke
-lockset-smoke:
+lockset-smoke: redis-deps
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_BIN) all -seconds 60 -seeds 1
 

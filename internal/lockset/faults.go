@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -25,28 +29,36 @@ var faultMixes = map[string][]string{
 	// silent one way, delayed by more than the TTL.
 	"network": {"cut-holder", "drop-to-server", "drop-to-client", "slow-holder"},
 	// The server's process: SIGSTOP, or SIGKILL and a restart on its data
-	// once the fault ends.
+	// once the fault ends; for Redis also a restart without persistence
+	// (kill-server-wipe: its data removed before the restart).
 	"server": {"pause-server", "kill-server"},
 	// An operator deletes the keys of a lock.
 	"operator": {"delete-lock-keys"},
 }
 
+// holderKinds are the kinds of fault made to a holder, its process or its
+// link; a fault of another kind is made once, to the server or to a lock.
+var holderKinds = map[string]bool{"pause-holder": true, "cut-holder": true, "drop-to-server": true, "drop-to-client": true, "slow-holder": true}
+
 // mixes lists the mixes in the order lockset-all runs them; all is every
 // kind.
 var mixes = []string{"all", "network", "server", "process", "operator"}
 
-// faultKinds returns the kinds of mix.
-func faultKinds(mix string) ([]string, error) {
+// faultKinds returns the kinds of mix for issuer.
+func faultKinds(issuer, mix string) ([]string, error) {
+	var kinds []string
 	if mix == "all" {
-		var all []string
 		for _, m := range mixes[1:] {
-			all = append(all, faultMixes[m]...)
+			kinds = append(kinds, faultMixes[m]...)
 		}
-		return all, nil
+	} else {
+		var ok bool
+		if kinds, ok = faultMixes[mix]; !ok {
+			return nil, fmt.Errorf("no fault mix %q (%s)", mix, strings.Join(mixes, ", "))
+		}
 	}
-	kinds, ok := faultMixes[mix]
-	if !ok {
-		return nil, fmt.Errorf("no fault mix %q (%s)", mix, strings.Join(mixes, ", "))
+	if issuer == "redis" && (mix == "all" || mix == "server") {
+		kinds = append(slices.Clip(kinds), "kill-server-wipe")
 	}
 	return kinds, nil
 }
@@ -67,7 +79,7 @@ func (r *runner) schedule(d time.Duration, kinds []string) {
 		kind := kinds[r.rng.IntN(len(kinds))]
 		length := r.ttl/3 + time.Duration(r.rng.Int64N(int64(3*r.ttl-r.ttl/3)))
 		targets := r.pickHolders()
-		if strings.HasSuffix(kind, "-server") || kind == "delete-lock-keys" {
+		if !holderKinds[kind] {
 			targets = targets[:1]
 		}
 		for _, target := range targets {
@@ -148,12 +160,15 @@ func (r *runner) fault(kind string, length time.Duration, c *client_) {
 		r.mu.Unlock()
 		s.signal(syscall.SIGSTOP)
 		heal = func() { s.signal(syscall.SIGCONT) }
-	case "kill-server":
+	case "kill-server", "kill-server-wipe":
 		r.mu.Lock()
 		s := r.server
 		r.mu.Unlock()
 		s.signal(syscall.SIGKILL)
 		<-s.done
+		if kind == "kill-server-wipe" {
+			os.RemoveAll(filepath.Join(r.dir, "server"))
+		}
 		heal = func() {
 			if _, err := r.startServer(); err != nil {
 				fmt.Println("lockset: restart the server:", err)
@@ -164,11 +179,17 @@ func (r *runner) fault(kind string, length time.Duration, c *client_) {
 		r.deleteKeys(c.lock)
 	}
 	time.Sleep(length)
+	// The end is stamped before the heal, so that nothing the fault held
+	// back happens before it.
+	end := history.Now()
 	heal()
 	r.mu.Lock()
-	f := check.Fault{Kind: kind, StartNS: start, EndNS: history.Now()}
-	if !strings.HasSuffix(kind, "-server") {
+	f := check.Fault{Kind: kind, StartNS: start, EndNS: end}
+	switch {
+	case holderKinds[kind]:
 		f.Target = c.proc.name
+	case kind == "delete-lock-keys":
+		f.Target = c.lock
 	}
 	r.faults = append(r.faults, f)
 	r.mu.Unlock()
@@ -176,6 +197,14 @@ func (r *runner) fault(kind string, length time.Duration, c *client_) {
 
 // deleteKeys deletes every key of lock, as an operator's mistake would.
 func (r *runner) deleteKeys(lock string) {
+	if r.issuer == "redis" {
+		rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.serverP), DialTimeout: r.ttl})
+		defer rdb.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
+		defer cancel()
+		rdb.Del(ctx, "lockset:"+lock)
+		return
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", r.serverP)}, DialTimeout: r.ttl, Logger: zap.NewNop()})
 	if err != nil {
 		return
