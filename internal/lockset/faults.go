@@ -24,7 +24,7 @@ import (
 // to three TTLs (past the lease, most of the time), and healed, by mix.
 var faultMixes = map[string][]string{
 	// A holder's process: SIGSTOP of a process that holds a lock.
-	"process": {"pause-holder"},
+	"process": {check.PauseHolder},
 	// A holder's link to the server, through its proxy: silent both ways,
 	// silent one way, delayed by more than the TTL.
 	"network": {"cut-holder", "drop-to-server", "drop-to-client", "slow-holder"},
@@ -33,7 +33,7 @@ var faultMixes = map[string][]string{
 	// (kill-server-wipe: its data removed before the restart).
 	"server": {"pause-server", "kill-server"},
 	// An operator deletes the keys of a lock.
-	"operator": {"delete-lock-keys"},
+	"operator": {check.DeleteLockKeys},
 }
 
 // holderKinds are the kinds of fault made to a holder, its process or its
@@ -139,7 +139,7 @@ func (r *runner) fault(kind string, length time.Duration, c *client_) {
 	start := history.Now()
 	heal := func() {}
 	switch kind {
-	case "pause-holder":
+	case check.PauseHolder:
 		c.proc.signal(syscall.SIGSTOP)
 		heal = r.healOnce(&c.paused, func() { c.proc.signal(syscall.SIGCONT) })
 	case "cut-holder":
@@ -174,9 +174,10 @@ func (r *runner) fault(kind string, length time.Duration, c *client_) {
 				fmt.Println("lockset: restart the server:", err)
 			}
 		}
-	case "delete-lock-keys":
-		heal = func() {}
+	case check.DeleteLockKeys:
+		// An instant: the window is the deletion's own.
 		r.deleteKeys(c.lock)
+		length = 0
 	}
 	time.Sleep(length)
 	// The end is stamped before the heal, so that nothing the fault held
@@ -188,7 +189,7 @@ func (r *runner) fault(kind string, length time.Duration, c *client_) {
 	switch {
 	case holderKinds[kind]:
 		f.Target = c.proc.name
-	case kind == "delete-lock-keys":
+	case kind == check.DeleteLockKeys:
 		f.Target = c.lock
 	}
 	r.faults = append(r.faults, f)

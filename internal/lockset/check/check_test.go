@@ -57,7 +57,7 @@ func atoi(t *testing.T, s string) int64 {
 
 // TestVerdicts feeds hand-made histories to Check and wants each verdict.
 func TestVerdicts(t *testing.T) {
-	fault := []Fault{{Kind: PauseHolder, Target: "lease-1", StartNS: 100, EndNS: 200}}
+	fault := []Fault{{Kind: PauseHolder, Target: "lease-1", StartNS: 100, EndNS: 200}, {Kind: DeleteLockKeys, Target: "a", StartNS: 299000000, EndNS: 299000100}}
 	for _, tc := range []struct {
 		name   string
 		text   string
@@ -164,6 +164,24 @@ func TestVerdicts(t *testing.T) {
 		want:   Counts{Overlaps: 1, Handovers: 1, LossEvents: 1},
 		linear: porcupine.Illegal,
 	}, {
+		name: "a deletion's race: the waiter granted 1 ms before the holder's loss, right after the deletion",
+		text: `
+			1 lease-1 acquire ok 1
+			50 lease-2 acquire invoke
+			300000000 lease-2 acquire ok 2
+			301000000 lease-1 lost`,
+		want:   Counts{Overlaps: 1, Raced: 1, Handovers: 1, LossEvents: 1},
+		linear: porcupine.Illegal,
+	}, {
+		name: "not a race: the holder lost 20 ms after the grant that followed a deletion",
+		text: `
+			1 lease-1 acquire ok 1
+			50 lease-2 acquire invoke
+			300000000 lease-2 acquire ok 2
+			320000000 lease-1 lost`,
+		want:   Counts{Overlaps: 1, Handovers: 1, LossEvents: 1},
+		linear: porcupine.Illegal,
+	}, {
 		name: "a false loss: no fault in its window",
 		text: `
 			1 lease-1 acquire ok 1
@@ -194,8 +212,8 @@ func TestVerdicts(t *testing.T) {
 			if got := res.Linearizable["a"]; got != tc.linear {
 				t.Errorf("porcupine: %v, want %v", got, tc.linear)
 			}
-			if tc.want.StoppedHolder > 0 && tc.want.Violations() == 0 && !res.Excused["a"] {
-				t.Errorf("an illegal history explained by a stopped holder is not excused")
+			if tc.want.StoppedHolder+tc.want.Raced > 0 && tc.want.Violations() == 0 && !res.Excused["a"] {
+				t.Errorf("an illegal history explained by a stopped holder or a deletion's race is not excused")
 			}
 			violated := tc.want.Overlaps+tc.want.UnsafeWrites+tc.want.StaleWritesAccepted > 0 || tc.linear == porcupine.Illegal
 			if violated != (len(res.HTML) == 1) {
