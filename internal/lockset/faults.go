@@ -58,7 +58,7 @@ func faultKinds(issuer, mix string) ([]string, error) {
 		}
 	}
 	if issuer == "redis" && (mix == "all" || mix == "server") {
-		kinds = append(slices.Clip(kinds), "kill-server-wipe")
+		kinds = append(slices.Clip(kinds), check.KillServerWipe)
 	}
 	return kinds, nil
 }
@@ -160,13 +160,13 @@ func (r *runner) fault(kind string, length time.Duration, c *client_) {
 		r.mu.Unlock()
 		s.signal(syscall.SIGSTOP)
 		heal = func() { s.signal(syscall.SIGCONT) }
-	case "kill-server", "kill-server-wipe":
+	case "kill-server", check.KillServerWipe:
 		r.mu.Lock()
 		s := r.server
 		r.mu.Unlock()
 		s.signal(syscall.SIGKILL)
 		<-s.done
-		if kind == "kill-server-wipe" {
+		if kind == check.KillServerWipe {
 			os.RemoveAll(filepath.Join(r.dir, "server"))
 		}
 		heal = func() {

@@ -45,12 +45,14 @@ type Counts struct {
 	// holder that resumes and writes before its loss is not excused.
 	StoppedHolder int `json:"stopped_holder"`
 	// Raced is how many of the overlaps and unsafe writes came from an
-	// operator's deletion of the lock's keys that freed the lock for a
-	// waiter in the instant it told the holder: the later grant within
-	// RaceGrant of the deletion, the earlier holder lost within RaceLoss of
-	// that grant. An issuer whose recipe frees a deleted key at once (etcd's,
-	// shared with concurrency.Mutex) documents it as a race that only the
-	// fencing token covers; they are not counted as violations.
+	// erasure of the lock's keys (an operator's deletion; for Redis, a
+	// restart without persistence) that freed the lock for a waiter in the
+	// instant it told the holder: the later grant within RaceGrant of the
+	// erasure, the earlier holder lost within RaceLoss of that grant. The
+	// issuers document these as races that only the fencing token covers
+	// (etcd's recipe, shared with concurrency.Mutex, frees a deleted key at
+	// once; a Redis server restarted empty has forgotten every claim); they
+	// are not counted as violations.
 	Raced      int `json:"raced"`
 	LossEvents int `json:"loss_events"`
 	Handovers  int `json:"handovers"`
@@ -329,11 +331,24 @@ const (
 // target is the lock.
 const DeleteLockKeys = "delete-lock-keys"
 
+// KillServerWipe is the kind of the fault that kills the server and
+// restarts it without its data when the fault ends, erasing every key.
+const KillServerWipe = "kill-server-wipe"
+
 // deletionRace reports whether a grant at grant, and the earlier holder's
-// loss at loss, are a race of a deletion of lock's keys.
+// loss at loss, are a race of an erasure of lock's keys: an operator's
+// deletion of them (at its fault's start), or a restart of the server
+// without its data (at its fault's end).
 func deletionRace(faults []Fault, lock string, grant, loss int64) bool {
 	for _, f := range faults {
-		if f.Kind == DeleteLockKeys && f.Target == lock && f.StartNS <= grant && grant-f.StartNS <= int64(RaceGrant) && loss-grant <= int64(RaceLoss) {
+		at := int64(-1)
+		switch {
+		case f.Kind == DeleteLockKeys && f.Target == lock:
+			at = f.StartNS
+		case f.Kind == KillServerWipe:
+			at = f.EndNS
+		}
+		if at >= 0 && at <= grant && grant-at <= int64(RaceGrant) && loss-grant <= int64(RaceLoss) {
 			return true
 		}
 	}
