@@ -33,7 +33,7 @@ type grant struct {
 // wrong address or password, a missing permission, a replica's address) is
 // a mistake, returned at once; a later one is retried, with a pause that
 // grows, unless no retry can mend it.
-func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string) (g grant, err error) {
+func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, ckey, id string) (g grant, err error) {
 	var lc, fc *conn
 	defer func() {
 		if err != nil {
@@ -68,7 +68,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 			}
 		}
 		if sent {
-			c.giveUp(ep, key, id)
+			c.giveUp(ep, key, ckey, id)
 		}
 		return err
 	}
@@ -133,11 +133,16 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 		var at time.Time
 		if e == nil {
 			// Read first, so that tracking covers every change after the
-			// script's answer.
+			// script's answer: the key's, and its claim's.
 			_, e = fc.do(actx, "GET", key)
+			if e == nil {
+				if _, e = fc.do(actx, "GET", ckey); code(e) == "NOPERM" {
+					e = fmt.Errorf("the read of the key's claim %q, which the lease writes beside the key %q and its token counter %q (an ACL must allow all three): %w", ckey, key, tkey, e)
+				}
+			}
 		}
 		if e == nil {
-			cmds := [][]any{{"EVAL", grantScript, "2", key, tkey, id, strconv.FormatInt(c.TTL.Milliseconds(), 10)}}
+			cmds := [][]any{{"EVAL", grantScript, "3", key, tkey, ckey, id, strconv.FormatInt(c.TTL.Milliseconds(), 10)}}
 			if need > 0 {
 				cmds = append(cmds, []any{"WAIT", strconv.Itoa(need), strconv.FormatInt(max(1, (c.TTL/4).Milliseconds()), 10)})
 			}
@@ -147,7 +152,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 			if e == nil && rs[0].err != nil {
 				e = fmt.Errorf("the grant script: %w", rs[0].err)
 				if code(rs[0].err) == "NOPERM" && strings.Contains(rs[0].err.Error(), "key") {
-					e = fmt.Errorf("the grant script, which writes the key %q and its token counter %q (an ACL must allow both): %w", key, tkey, rs[0].err)
+					e = fmt.Errorf("the grant script, which writes the key %q, its token counter %q and its claim %q (an ACL must allow all three): %w", key, tkey, ckey, rs[0].err)
 				}
 			}
 			if e == nil && need > 0 && rs[1].err != nil {
@@ -197,7 +202,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, id string)
 					// next attempt dials the primary Sentinel names; if
 					// that is this one after all, it grants the key again.
 					last = e
-					release(ctx, lc, key, id)
+					release(ctx, lc, key, ckey, id)
 					lc, fc = dropDead(lc, true), dropDead(fc, true)
 					backoff()
 					continue
@@ -336,9 +341,9 @@ func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, err
 // may have taken.
 const giveUpTimeout = 5 * time.Second
 
-// giveUp deletes key if a grant script whose answer did not come, or came
-// too late, gave it to the lease id.
-func (c Config) giveUp(ep *endpoint, key, id string) {
+// giveUp deletes key and its claim ckey if a grant script whose answer did
+// not come, or came too late, gave them to the lease id.
+func (c Config) giveUp(ep *endpoint, key, ckey, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(giveUpTimeout, c.TTL))
 	defer cancel()
 	cn, err := ep.dial(ctx, false)
@@ -346,20 +351,23 @@ func (c Config) giveUp(ep *endpoint, key, id string) {
 		return // the key expires
 	}
 	defer cn.close()
-	release(ctx, cn, key, id)
+	release(ctx, cn, key, ckey, id)
 }
 
-// release deletes key on cn if it holds the lease id. The key expires if
-// this fails.
-func release(ctx context.Context, cn *conn, key, id string) {
+// release deletes key and its claim ckey on cn, each if it holds the lease
+// id. They expire if this fails.
+func release(ctx context.Context, cn *conn, key, ckey, id string) {
 	script := `
-local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
-  return redis.call('DEL', KEYS[1])
+local n = 0
+for _, k in ipairs(KEYS) do
+  local v = redis.call('GET', k)
+  if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
+    n = n + redis.call('DEL', k)
+  end
 end
-return 0
+return n
 `
-	cn.do(ctx, "EVAL", script, "1", key, id) //nolint:errcheck // the key expires if this fails
+	cn.do(ctx, "EVAL", script, "2", key, ckey, id) //nolint:errcheck // the keys expire if this fails
 }
 
 // code returns the first word of a Redis error reply, or "".

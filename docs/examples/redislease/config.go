@@ -126,25 +126,35 @@ func Lock(ctx context.Context, rdb redis.UniversalClient, key string) (*Lease, e
 	return Config{}.Lock(ctx, rdb, key)
 }
 
-// tokenSuffix names the counter of a key's fencing tokens.
-const tokenSuffix = ":redislease-token"
+// tokenSuffix names the counter of a key's fencing tokens; claimSuffix
+// names the key that keeps its holder's claim (see grantScript).
+const (
+	tokenSuffix = ":redislease-token"
+	claimSuffix = ":redislease-claim"
+)
 
 // tokenKey returns the key of key's token counter, in key's hash slot: key
 // and the counter must be written by one script, which a Cluster allows
 // only for keys of one slot.
-func tokenKey(key string) (string, error) {
+func tokenKey(key string) (string, error) { return slotKey(key, tokenSuffix) }
+
+// claimKey returns the key of key's claim, in key's hash slot.
+func claimKey(key string) (string, error) { return slotKey(key, claimSuffix) }
+
+// slotKey returns key with suffix, in key's hash slot.
+func slotKey(key, suffix string) (string, error) {
 	if key == "" {
 		return "", errors.New("empty key")
 	}
 	if hasHashTag(key) {
 		// The same first {…}, so the same slot.
-		return key + tokenSuffix, nil
+		return key + suffix, nil
 	}
 	if strings.Contains(key, "}") {
 		return "", fmt.Errorf("key %q has a '}' but no hash tag ({…} around its part that picks the Cluster slot): give it one, so that its token counter can share its slot", key)
 	}
 	// The whole key picks its slot, and so does the tag {key}.
-	return "{" + key + "}" + tokenSuffix, nil
+	return "{" + key + "}" + suffix, nil
 }
 
 // hasHashTag reports whether Redis Cluster hashes only a part of key: a

@@ -27,6 +27,7 @@ type Lease struct {
 	ctrl  *controller.Controller
 	ep    *endpoint
 	key   string
+	ckey  string // the key's claim (see grantScript)
 	value string // "id:token", what the key holds while it is this lease's
 	token int64
 	cfg   Config
@@ -52,9 +53,13 @@ type Lease struct {
 // its expiry, and counts the lease's fencing token in the same atomic
 // script, in a counter in the key's hash slot (the key with the suffix
 // ":redislease-token", inside {…} unless the key has a hash tag of its own).
-// While it waits, Lock tracks the key (CLIENT TRACKING), so a release or a
-// deletion is taken at once, and it tries again when the holder's key
-// expires.
+// Beside it, the key's claim (suffix ":redislease-claim") holds the same
+// value with the same expiry: the key is not free while another lease's
+// claim lives, so an operator's DEL of a held key frees it only once its
+// holder, whom the deletion loses at once, gives the claim back with
+// Unlock, or the claim expires. While it waits, Lock tracks the key and its
+// claim (CLIENT TRACKING), so a release or a deletion is taken at once, and
+// it tries again when the holder's key expires.
 //
 // rdb is a *redis.Client, a Sentinel client (redis.NewFailoverClient) or a
 // *redis.ClusterClient. The lease reads from it only its options and, on a
@@ -80,6 +85,7 @@ func (c Config) Lock(ctx context.Context, rdb redis.UniversalClient, key string)
 	if err != nil {
 		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
 	}
+	ckey, _ := claimKey(key) // valid where tkey is
 	c, err = c.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
@@ -94,7 +100,7 @@ func (c Config) Lock(ctx context.Context, rdb redis.UniversalClient, key string)
 	var b [16]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	g, err := c.acquire(ctx, ep, key, tkey, id)
+	g, err := c.acquire(ctx, ep, key, tkey, ckey, id)
 	if err != nil {
 		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
 	}
@@ -102,6 +108,7 @@ func (c Config) Lock(ctx context.Context, rdb redis.UniversalClient, key string)
 		ctrl:  controller.New(key),
 		ep:    ep,
 		key:   key,
+		ckey:  ckey,
 		value: id + ":" + strconv.FormatInt(g.token, 10),
 		token: g.token,
 		cfg:   c,
@@ -173,7 +180,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			cn, err = l.ep.dial(ctx, true)
 		}
 		if err == nil {
-			_, err = cn.do(ctx, "EVAL", unlockScript, "1", l.key, l.value)
+			_, err = cn.do(ctx, "EVAL", unlockScript, "2", l.key, l.ckey, l.value)
 			cn.close()
 		}
 		if addr, ok := redirected(err, "MOVED"); ok {
@@ -201,7 +208,7 @@ func (l *Lease) unlockAt(ctx context.Context, asking bool, addr string) error {
 		return err
 	}
 	defer cn.close()
-	cmds := [][]any{{"EVAL", unlockScript, "1", l.key, l.value}}
+	cmds := [][]any{{"EVAL", unlockScript, "2", l.key, l.ckey, l.value}}
 	if asking {
 		cmds = append([][]any{{"ASKING"}}, cmds...)
 	}

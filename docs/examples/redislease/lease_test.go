@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zukhruf/lease/docs/examples/redislease"
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/lost"
 )
 
@@ -165,5 +166,40 @@ func TestOperatorWrites(t *testing.T) {
 			}
 			t.Logf("%d trials: lost at most %v after the write returned", *faultTrials, most)
 		})
+	}
+}
+
+// TestDeletedKeyWaitsForTheClaim deletes a held key with DEL while its
+// holder hears nothing from Redis (its link silent both ways): a waiting
+// Lock is granted only once the holder is lost, for the key's claim keeps
+// its expiry. Without the claim, the waiter was granted within
+// milliseconds of the deletion, while the holder was live until its
+// deadline.
+func TestDeletedKeyWaitsForTheClaim(t *testing.T) {
+	for try := range *faultTrials {
+		p, err := faultnet.Listen(shared.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := keyName(t)
+		a := mustLock(t, short, client(t, p.Addr()), key)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*short.TTL)
+		waiting := lockAsync(ctx, short, client(t, shared.Addr()), key)
+		time.Sleep(200 * time.Millisecond) // B waits
+		p.Drop(faultnet.Both)
+		if err := client(t, shared.Addr()).Del(t.Context(), key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		deleted := time.Now()
+		g := <-waiting
+		cancel()
+		if g.err != nil {
+			t.Fatalf("try %d: B's Lock = %v", try, g.err)
+		}
+		if err := a.Signal().Err(); err == nil {
+			t.Errorf("try %d: B was granted %v after the deletion, while A was live", try, g.at.Sub(deleted))
+		}
+		g.l.Unlock(context.Background())
+		p.Close()
 	}
 }

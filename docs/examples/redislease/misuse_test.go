@@ -188,6 +188,9 @@ func TestMistakes(t *testing.T) {
 	if err := admin.Do(t.Context(), "ACL", "SETUSER", "norole", "on", ">pw", "~*", "+@all", "-role").Err(); err != nil {
 		t.Fatal(err)
 	}
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "appclaim", "on", ">pw", "~app:*", "~{app:x}:redislease-claim", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
 	if err := admin.Do(t.Context(), "ACL", "SETUSER", "apponly", "on", ">pw", "~app:*", "+@all").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +214,8 @@ func TestMistakes(t *testing.T) {
 		{"ACL without EVAL", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "app", Password: "pw"})), "k", "NOPERM"},
 		{"ACL without scripting", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "noscripts", Password: "pw"})), "k", "NOPERM"},
 		{"ACL without ROLE", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "norole", Password: "pw"})), "k", "ROLE (Config.Replicas does without it, except behind Sentinel): NOPERM"},
-		{"ACL key pattern without the token counter", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "apponly", Password: "pw"})), "app:x", `token counter "{app:x}:redislease-token"`},
+		{"ACL key pattern without the claim and the token counter", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "apponly", Password: "pw"})), "app:x", `the read of the key's claim "{app:x}:redislease-claim", which the lease writes beside the key "app:x" and its token counter "{app:x}:redislease-token"`},
+		{"ACL key pattern without the token counter", short, own(t, redis.NewClient(&redis.Options{Addr: secured.Addr(), Username: "appclaim", Password: "pw"})), "app:x", `the grant script, which writes the key "app:x", its token counter "{app:x}:redislease-token" and its claim "{app:x}:redislease-claim"`},
 		{"TTL too short", redislease.Config{TTL: 100 * time.Millisecond}, client(t, shared.Addr()), "k", "outside"},
 		{"TTL too long", redislease.Config{TTL: 48 * time.Hour}, client(t, shared.Addr()), "k", "outside"},
 		{"TTL in microseconds", redislease.Config{TTL: time.Second + time.Microsecond}, client(t, shared.Addr()), "k", "milliseconds"},

@@ -52,7 +52,7 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 				continue
 			}
 		}
-		cmds := [][]any{{"EVAL", renewScript, "1", l.key, l.value, ttl}}
+		cmds := [][]any{{"EVAL", renewScript, "2", l.key, l.ckey, l.value, ttl}}
 		if l.need > 0 {
 			wait := max(1, min(l.cfg.RenewPeriod, time.Until(l.deadline.current())).Milliseconds())
 			cmds = append(cmds, []any{"WAIT", strconv.Itoa(l.need), strconv.FormatInt(wait, 10)})

@@ -128,6 +128,12 @@ func takeover(ctx context.Context, tl *timeline, dir string) error {
 	}
 	tl.say("holder A", "told %v after the DEL returned: %v", time.Since(deleted).Round(10*time.Microsecond), a.Signal().Err())
 	tl.say("holder A", "errors.Is(err, redislease.ErrDeleted) = %t", errors.Is(a.Signal().Err(), redislease.ErrDeleted))
+	// The key's claim outlives the DEL: B is not granted until A, lost,
+	// gives it back, or it runs out a TTL after A's last renewal.
+	if err := a.Unlock(ctx); err != nil {
+		return err
+	}
+	tl.say("holder A", "unlocked: the key's claim, which kept B waiting after the DEL, is given back")
 	g := <-bc
 	if g.err != nil {
 		return g.err
