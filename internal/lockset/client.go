@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -191,18 +189,4 @@ func (c *client) write(ctx context.Context, token, value int64) {
 	if err == nil {
 		resp.Body.Close()
 	}
-}
-
-// readClientEvents copies a client's event lines into w until r ends.
-func readClientEvents(r *bufio.Scanner, w *history.Writer) error {
-	for r.Scan() {
-		var e history.Event
-		if err := json.Unmarshal(r.Bytes(), &e); err != nil {
-			return fmt.Errorf("a client's line %q: %w", r.Text(), err)
-		}
-		if err := w.Write(e); err != nil {
-			return err
-		}
-	}
-	return r.Err()
 }
