@@ -84,7 +84,7 @@ func allMain(args []string) error {
 	fmt.Fprintf(&t, "%s\n\n", tableBegin)
 	fmt.Fprintf(&t, "`make lockset-all SECONDS=%d SEEDS=%d`, %s, %d contenders on each of %d locks a side, TTL %v; %v in all.\n",
 		c.seconds, *seeds, time.Now().UTC().Format("2006-01-02"), c.perLock, c.locks, c.ttl, time.Since(started).Round(time.Minute))
-	fmt.Fprintf(&t, "Each cell is the issuer's lease, then the peer library beside it (etcd: `concurrency.Mutex`). Excused: the overlaps and unsafe writes of a holder stopped by SIGSTOP, and of an operator's deletion that freed the lock in the instant it told the holder (docs/lockset.md). The last column counts the lease's locks that porcupine finds not a mutex's, other than so.\n\n")
+	fmt.Fprintf(&t, "Each cell is the issuer's lease, then the peer library beside it (etcd: `concurrency.Mutex`; Redis: redsync's `Mutex`). Excused: the overlaps and unsafe writes of a holder stopped by SIGSTOP, and of an operator's deletion that freed the lock in the instant it told the holder (docs/lockset.md). The last column counts the lease's locks that porcupine finds not a mutex's, other than so.\n\n")
 	fmt.Fprintf(&t, "| issuer | faults | runs | minutes | loss events | hand-overs | writes | overlaps | unsafe writes | excused: stopped holder, deletion race | stale writes accepted | false losses | not a mutex |\n")
 	fmt.Fprintf(&t, "|---|---|---:|---:|---|---|---|---|---|---|---|---|---:|\n")
 	pair := func(a, b int) string { return fmt.Sprintf("%d · %d", a, b) }
