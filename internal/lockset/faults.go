@@ -95,17 +95,17 @@ func (r *runner) schedule(d time.Duration, kinds []string) {
 // pickHolders returns the clients that hold a lock, each with probability
 // one half but at least one, in random order; or, when no client holds
 // one, a client at random.
-func (r *runner) pickHolders() []*client_ {
+func (r *runner) pickHolders() []*contender {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var held []*client_
+	var held []*contender
 	for _, c := range r.clients {
 		if r.holders[c.lock] == c.proc.name {
 			held = append(held, c)
 		}
 	}
 	if len(held) == 0 {
-		return []*client_{r.clients[r.rng.IntN(len(r.clients))]}
+		return []*contender{r.clients[r.rng.IntN(len(r.clients))]}
 	}
 	r.rng.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
 	n := 1
@@ -135,7 +135,7 @@ func (r *runner) healOnce(active *int, heal func()) func() {
 }
 
 // fault makes one fault for length and records its window.
-func (r *runner) fault(kind string, length time.Duration, c *client_) {
+func (r *runner) fault(kind string, length time.Duration, c *contender) {
 	start := history.Now()
 	heal := func() {}
 	switch kind {
@@ -199,14 +199,14 @@ func (r *runner) fault(kind string, length time.Duration, c *client_) {
 // deleteKeys deletes every key of lock, as an operator's mistake would.
 func (r *runner) deleteKeys(lock string) {
 	if r.issuer == "redis" {
-		rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.serverP), DialTimeout: r.ttl})
+		rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.serverPort), DialTimeout: r.ttl})
 		defer rdb.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
 		defer cancel()
 		rdb.Del(ctx, "lockset:"+lock)
 		return
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", r.serverP)}, DialTimeout: r.ttl, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", r.serverPort)}, DialTimeout: r.ttl, Logger: zap.NewNop()})
 	if err != nil {
 		return
 	}

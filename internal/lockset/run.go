@@ -66,23 +66,23 @@ func (p *proc) signal(sig syscall.Signal) {
 
 // runner is one run of the workload.
 type runner struct {
-	issuer  string
-	dir     string
-	ttl     time.Duration
-	rng     *rand.Rand
-	out     *history.Writer
-	self    string // this executable
-	serverP int    // the server's client port, kept across restarts
+	issuer     string
+	dir        string
+	ttl        time.Duration
+	rng        *rand.Rand
+	out        *history.Writer
+	self       string // this executable
+	serverPort int    // the server's client port, set at the first start, before any fault, and kept across restarts
 
 	mu      sync.Mutex
 	server  *proc
-	clients []*client_
+	clients []*contender
 	holders map[string]string // lock → the process that holds it, as its events say
 	faults  []check.Fault
 }
 
-// client_ is a client process with its fault proxy.
-type client_ struct {
+// contender is a client process with its fault proxy.
+type contender struct {
 	proc  *proc
 	side  string
 	lock  string
@@ -215,7 +215,7 @@ func run(c runConfig) (check.Result, summary, error) {
 // last start if there was one.
 func (r *runner) startRedis() (string, error) {
 	for try := 0; ; try++ {
-		port := r.serverP
+		port := r.serverPort
 		if port == 0 {
 			var err error
 			if port, err = freePort(); err != nil {
@@ -236,12 +236,14 @@ func (r *runner) startRedis() (string, error) {
 		if err := redisReady(addr, p.done); err != nil {
 			cmd.Process.Kill()
 			<-p.done
-			if r.serverP == 0 && try < 2 {
+			if r.serverPort == 0 && try < 2 {
 				continue // another process took the free port
 			}
 			return "", err
 		}
-		r.serverP = port
+		if r.serverPort == 0 {
+			r.serverPort = port
+		}
 		r.mu.Lock()
 		r.server = p
 		r.mu.Unlock()
@@ -255,7 +257,7 @@ func (r *runner) startServer() (string, error) {
 	if r.issuer == "redis" {
 		return r.startRedis()
 	}
-	cmd := exec.Command(r.self, "server", "-issuer", r.issuer, "-dir", filepath.Join(r.dir, "server"), "-port", strconv.Itoa(r.serverP))
+	cmd := exec.Command(r.self, "server", "-issuer", r.issuer, "-dir", filepath.Join(r.dir, "server"), "-port", strconv.Itoa(r.serverPort))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
@@ -279,7 +281,9 @@ func (r *runner) startServer() (string, error) {
 	}
 	go io.Copy(io.Discard, stdout)
 	_, port, _ := net.SplitHostPort(endpoint)
-	r.serverP, _ = strconv.Atoi(port)
+	if r.serverPort == 0 {
+		r.serverPort, _ = strconv.Atoi(port)
+	}
 	r.mu.Lock()
 	r.server = p
 	r.mu.Unlock()
@@ -317,7 +321,7 @@ func (r *runner) startClient(side, lock, endpoint, register string, seed uint64)
 		cmd.Wait()
 		close(p.done)
 	}()
-	r.clients = append(r.clients, &client_{proc: p, side: side, lock: lock, proxy: proxy})
+	r.clients = append(r.clients, &contender{proc: p, side: side, lock: lock, proxy: proxy})
 	return nil
 }
 
