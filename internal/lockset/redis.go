@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -127,7 +128,8 @@ func (l *redisLocker) acquireRedsync(ctx context.Context, key string) (holding, 
 		m.UnlockContext(context.Background())
 		return nil, fmt.Errorf("the token: %w", err)
 	}
-	h := &redsyncHolding{m: m, tok: token, lostC: make(chan struct{}), stop: make(chan struct{})}
+	h := &redsyncHolding{m: m, tok: token, lostC: make(chan struct{}), stop: make(chan struct{}), extended: make(chan struct{})}
+	h.until.Store(m.Until().UnixNano())
 	go h.extend(l.cfg.ttl / 3)
 	return h, nil
 }
@@ -136,14 +138,17 @@ func (l *redisLocker) acquireRedsync(ctx context.Context, key string) (holding, 
 // period; held while Until has not passed and no extension failed.
 type redsyncHolding struct {
 	m        *redsync.Mutex
+	until    atomic.Int64 // m.Until() in Unix nanoseconds: the Mutex is not safe for concurrent use
 	tok      int64
 	lostC    chan struct{}
 	lostOnce sync.Once
 	stop     chan struct{}
 	stopOnce sync.Once
+	extended chan struct{} // closed when extend returns: the Mutex is the caller's again
 }
 
 func (h *redsyncHolding) extend(period time.Duration) {
+	defer close(h.extended)
 	t := time.NewTicker(period)
 	defer t.Stop()
 	expiry := time.NewTimer(time.Until(h.m.Until()))
@@ -166,6 +171,7 @@ func (h *redsyncHolding) extend(period time.Duration) {
 				}
 				continue
 			}
+			h.until.Store(h.m.Until().UnixNano())
 			expiry.Reset(time.Until(h.m.Until()))
 		}
 	}
@@ -180,11 +186,12 @@ func (h *redsyncHolding) held() bool {
 	case <-h.lostC:
 		return false
 	default:
-		return time.Now().Before(h.m.Until())
+		return time.Now().UnixNano() < h.until.Load()
 	}
 }
 func (h *redsyncHolding) release(ctx context.Context) error {
 	h.stopOnce.Do(func() { close(h.stop) })
+	<-h.extended
 	_, err := h.m.UnlockContext(ctx)
 	return err
 }

@@ -38,11 +38,13 @@ type Counts struct {
 	// with the earlier holder stopped (a pause-holder fault: SIGSTOP) at the
 	// moment the later one was granted: an overlap whose holder sent no
 	// write between its resumption and its loss, a write sent before the
+	// resumption, or either with the loss within ResumeLoss of the
 	// resumption. No lease can warn a stopped process, and one stopped
 	// between its check and its write sends the write when it resumes:
 	// only the fencing token protects the resource then. They are not
 	// violations of the lease's promise; stale writes accepted would be. A
-	// holder that resumes and writes before its loss is not excused.
+	// holder that resumes and writes, and is lost later than ResumeLoss
+	// after, is not excused.
 	StoppedHolder int `json:"stopped_holder"`
 	// Raced is how many of the overlaps and unsafe writes came from an
 	// erasure of the lock's keys (an operator's deletion; for Redis, a
@@ -236,8 +238,9 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 				overlaps++
 				kind := "overlap"
 				// Excused: a was stopped when b was granted, and sent no
-				// write between its resumption and its loss or release.
-				if f := pauseAt(faults, a.p, b.start); f != nil && !sentBetween(sent, a.p, f.EndNS, a.end) {
+				// write between its resumption and its loss or release, or
+				// lost the lock within ResumeLoss of its resumption.
+				if f := pauseAt(faults, a.p, b.start); f != nil && (!sentBetween(sent, a.p, f.EndNS, a.end) || a.end-f.EndNS <= int64(ResumeLoss)) {
 					excused++
 					add(b.p, func(c *Counts) { c.StoppedHolder++ })
 					kind = "overlap, the holder stopped"
@@ -264,8 +267,9 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 				add(w.P, func(c *Counts) { c.UnsafeWrites++ })
 				kind := "unsafe write"
 				// Excused: the writer was stopped when h was granted, and
-				// had sent the write before it resumed.
-				if f := pauseAt(faults, w.P, h.start); f != nil && lastSent(sent, w.P, w.T) < f.EndNS {
+				// had sent the write before it resumed, or lost the lock
+				// within ResumeLoss of its resumption.
+				if f := pauseAt(faults, w.P, h.start); f != nil && (lastSent(sent, w.P, w.T) < f.EndNS || mine.end-f.EndNS <= int64(ResumeLoss)) {
 					add(w.P, func(c *Counts) { c.StoppedHolder++ })
 					kind = "unsafe write, the writer stopped"
 				} else if deletionRace(faults, lock, h.start, mine.end) && w.T <= mine.end {
@@ -320,6 +324,13 @@ func endText(a, b *hold) string {
 
 // PauseHolder is the kind of the fault that stops a holder's process.
 const PauseHolder = "pause-holder"
+
+// ResumeLoss bounds the time from a stopped holder's resumption to its
+// loss within which what it did is the stop's (see Counts.StoppedHolder):
+// once resumed, the runtime runs the process's goroutines in any order, and
+// a check of the signal can come before the timer that loses the lease,
+// overdue since the stop.
+const ResumeLoss = 100 * time.Millisecond
 
 // The bounds of a deletion's race (see Counts.Raced).
 const (

@@ -144,15 +144,26 @@ func TestVerdicts(t *testing.T) {
 		want:   Counts{Overlaps: 1, UnsafeWrites: 1, StoppedHolder: 2, Handovers: 1, LossEvents: 1, Writes: 1},
 		linear: porcupine.Illegal,
 	}, {
-		name: "a stopped holder that resumes and writes before its loss is not excused",
+		name: "a stopped holder that resumes and writes, lost more than 100 ms after it resumed, is not excused",
 		text: `
 			1 lease-1 acquire ok 1
 			110 lease-2 acquire invoke
 			150 lease-2 acquire ok 2
 			210 lease-1 write invoke 1
 			211 lease-1 write fail 1
-			220 lease-1 lost`,
+			150000000 lease-1 lost`,
 		want:   Counts{Overlaps: 1, UnsafeWrites: 1, Handovers: 1, LossEvents: 1, Writes: 1},
+		linear: porcupine.Illegal,
+	}, {
+		name: "a stopped holder that resumes and writes, lost within 100 ms of its resumption, is excused",
+		text: `
+			1 lease-1 acquire ok 1
+			110 lease-2 acquire invoke
+			150 lease-2 acquire ok 2
+			210 lease-1 write invoke 1
+			211 lease-1 write fail 1
+			5000200 lease-1 lost`,
+		want:   Counts{Overlaps: 1, UnsafeWrites: 1, StoppedHolder: 2, Handovers: 1, LossEvents: 1, Writes: 1},
 		linear: porcupine.Illegal,
 	}, {
 		name: "an overlap with the earlier holder stopped, but not at the grant",
