@@ -72,7 +72,7 @@ func clientMain(args []string) error {
 
 	ctx, stop := ossignal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	l, err := newLocker(ctx, c)
+	l, err := newLocker(c)
 	if err != nil {
 		return err
 	}

@@ -170,7 +170,10 @@ func etcdServerMain(args []string) error {
 	fs := flag.NewFlagSet("server", flag.ExitOnError)
 	dir := fs.String("dir", "", "the member's data folder")
 	port := fs.Int("port", 0, "the client port; 0: a free one")
-	fs.String("issuer", "etcd", "")
+	issuer := fs.String("issuer", "etcd", "the issuer whose server to run: etcd")
 	fs.Parse(args)
+	if *issuer != "etcd" {
+		return fmt.Errorf("server: no server process for issuer %q (etcd)", *issuer)
+	}
 	return etcdServe(*dir, *port)
 }

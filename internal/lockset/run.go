@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -32,7 +31,7 @@ var sides = []string{"lease", "peer"}
 // issuers are the issuers a run can take.
 var issuers = []string{"etcd", "redis"}
 
-func newLocker(ctx context.Context, c clientConfig) (locker, error) {
+func newLocker(c clientConfig) (locker, error) {
 	switch c.issuer {
 	case "etcd":
 		return newEtcdLocker(c)
@@ -42,14 +41,9 @@ func newLocker(ctx context.Context, c clientConfig) (locker, error) {
 	return nil, fmt.Errorf("no issuer %q (%s)", c.issuer, strings.Join(issuers, ", "))
 }
 
-func serverMain(args []string) error {
-	for i, a := range args {
-		if a == "-issuer" && i+1 < len(args) && args[i+1] != "etcd" {
-			return fmt.Errorf("no server for issuer %q", args[i+1])
-		}
-	}
-	return etcdServerMain(args)
-}
+// serverMain is "lockset server": the server process of an issuer whose
+// server runs in Go (etcd); Redis's is redis-server itself.
+func serverMain(args []string) error { return etcdServerMain(args) }
 
 // proc is a process the run started: a client, or the server.
 type proc struct {
