@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -414,9 +415,32 @@ func totalConnections(t *testing.T, admin *redis.Client) int {
 // TestConnectionLimit: a lease holds two connections of its own. At the
 // server's maxclients, Lock fails at once naming the limit, and Unlock
 // deletes the key on the lease's own connection, opening none.
+//
+// Redis writes its refusal when it accepts the connection, before HELLO is
+// sent: a lease's connection must not begin to read before it has sent
+// HELLO, or it takes the refusal for a reply to no command. Each of the
+// lease's connections waits at its first write for a read to begin.
 func TestConnectionLimit(t *testing.T) {
 	srv := redistest.StartServer(t, "--maxclients", "3")
-	admin := own(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1}))
+	var (
+		mu    sync.Mutex
+		conns []*readFirst
+	)
+	admin := own(t, redis.NewClient(&redis.Options{
+		Addr:     srv.Addr(),
+		PoolSize: 1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := new(net.Dialer).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			c := &readFirst{Conn: nc, reading: make(chan struct{})}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			return c, nil
+		},
+	}))
 	key := keyName(t)
 	l := mustLock(t, short, admin, key) // the server's three connections: admin's and the lease's two
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -431,6 +455,13 @@ func TestConnectionLimit(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("Lock over maxclients took %v to fail, want at most 1 s", took)
 	}
+	mu.Lock()
+	for i, c := range conns[1:] { // the first is admin's: go-redis reads only after it writes
+		if c.readEarly.Load() {
+			t.Errorf("the lease's connection %d began to read before it sent HELLO", i+1)
+		}
+	}
+	mu.Unlock()
 	before := totalConnections(t, admin)
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock at maxclients = %v, want nil", err)
@@ -486,4 +517,33 @@ func TestPermissionTakenAway(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readFirst is a connection whose first write waits a tenth of a second for
+// a read to begin, and records whether one did.
+type readFirst struct {
+	net.Conn
+	reading   chan struct{} // closed by the first read
+	once      sync.Once
+	wrote     atomic.Bool
+	readEarly atomic.Bool
+}
+
+func (c *readFirst) Read(p []byte) (int, error) {
+	if !c.wrote.Load() {
+		c.readEarly.Store(true)
+	}
+	c.once.Do(func() { close(c.reading) })
+	return c.Conn.Read(p)
+}
+
+func (c *readFirst) Write(p []byte) (int, error) {
+	if !c.wrote.Load() {
+		select {
+		case <-c.reading:
+		case <-time.After(100 * time.Millisecond):
+		}
+		c.wrote.Store(true)
+	}
+	return c.Conn.Write(p)
 }

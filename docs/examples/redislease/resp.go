@@ -35,6 +35,7 @@ type conn struct {
 	w       *bufio.Writer
 	pending []chan reply
 	err     error // why the connection is dead
+	reading bool  // whether the reader has started
 	reader  sync.WaitGroup
 	hello   map[string]any // the server's answer to HELLO
 }
@@ -83,8 +84,6 @@ func dialConn(ctx context.Context, dial func(context.Context) (net.Conn, error),
 		dead:   make(chan struct{}),
 		w:      bufio.NewWriter(nc),
 	}
-	c.reader.Add(1)
-	go c.read()
 	args := []any{"HELLO", "3"}
 	if cred.password != "" {
 		user := cred.user
@@ -169,6 +168,14 @@ func (c *conn) pipe(ctx context.Context, cmds ...[]any) ([]reply, error) {
 		c.nc.SetWriteDeadline(time.Time{})
 	}
 	err := c.w.Flush()
+	if !c.reading {
+		// The reader starts once HELLO waits for its reply: Redis refuses a
+		// connection over maxclients with an error written at accept, which
+		// a reader started before would take for a reply to no command.
+		c.reading = true
+		c.reader.Add(1)
+		go c.read()
+	}
 	c.mu.Unlock()
 	if err != nil {
 		c.fail(err)
