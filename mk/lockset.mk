@@ -13,44 +13,52 @@ ISSUER  ?= etcd
 SECONDS ?= 60
 SEED    ?= 1
 SEEDS   ?= 10
+LOCKS   ?= 3
+PARALLEL ?= false
 HISTORY ?=
 
 .PHONY: test-lockset lint-lockset lockset lockset-all lockset-smoke lockcheck
 
 LOCKSET_BIN = $(or $(TMPDIR),/tmp)/lockset-bin
 
+# The server binaries each issuer's runs start, by the paths the issuers'
+# own targets check.
+LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps)
+LOCKSET_ENV  = REDIS_SERVER=$(REDIS_SERVER) PGBIN=$(PG_BIN) $(MYSQL_ENV)
+
 TEST_STEPS += test-lockset
 lint: lint-lockset
 
 # test-lockset runs the checker's tests, which feed it hand-made histories;
 # they need no server, and build no issuer.
-test-lockset: $(if $(filter redis,$(ISSUER)),redis-deps)
+test-lockset:
 	cd $(LOCKSET_DIR) && $(GO) vet ./check/... ./history/... && $(GO) test -race -count=1 ./check/... ./history/...
 
-lint-lockset: $(if $(filter redis,$(ISSUER)),redis-deps)
+lint-lockset:
 	cd $(LOCKSET_DIR) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
-## lockset: one lock-set run of ISSUER (etcd or redis) for SECONDS (60) with the
-## fault schedule of SEED (1), the peer library's clients beside the
-## issuer's; prints the run's folder and each side's counts, and fails on
-## an overlap, an unsafe write or a stale write accepted.
-lockset: $(if $(filter redis,$(ISSUER)),redis-deps)
+## lockset: one lock-set run of ISSUER (etcd, redis, pg or mysql) for
+## SECONDS (60) with the fault schedule of SEED (1), the peer's clients
+## beside the issuer's; prints the run's folder and each side's counts, and
+## fails on an overlap, an unsafe write or a stale write accepted.
+lockset: $(call LOCKSET_DEPS,$(ISSUER))
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
-		$(LOCKSET_BIN) run -issuer $(ISSUER) -seconds $(SECONDS) -seed $(SEED)
+		$(LOCKSET_ENV) $(LOCKSET_BIN) run -issuer $(ISSUER) -seconds $(SECONDS) -seed $(SEED)
 
 ## lockset-all: for every issuer, SEEDS runs (10) of SECONDS each, seed n
-## with the fault mix n-1 modulo (all, network, server, process, operator);
-## writes the table into docs/lockset.md; fails if a run of the lease has a
+## with the fault mix n-1 modulo (all, network, server, process, operator),
+## LOCKS locks a side (3); PARALLEL=true runs the issuers at once; writes
+## the table into docs/lockset.md; fails if a run of the lease has a
 ## violation. SECONDS=600 SEEDS=10 takes 100 minutes an issuer.
-lockset-all: redis-deps
+lockset-all: redis-deps pg-deps mysql-deps
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
-		$(LOCKSET_BIN) all -seconds $(SECONDS) -seeds $(SEEDS) -doc $(CURDIR)/docs/lockset.md
+		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds $(SECONDS) -seeds $(SEEDS) -locks $(LOCKS) -parallel=$(PARALLEL) -doc $(CURDIR)/docs/lockset.md
 
 ## lockset-smoke: a 60 s run of each issuer with every fault mix, in make e2e.
 E2E_STEPS += lockset-smoke
-lockset-smoke: redis-deps
+lockset-smoke: redis-deps pg-deps mysql-deps
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
-		$(LOCKSET_BIN) all -seconds 60 -seeds 1
+		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds 60 -seeds 1
 
 ## lockcheck: check the history HISTORY (a history.jsonl; the faults are
 ## read from the summary.json beside it); prints each side's counts and the

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zukhruf/lease/internal/lockset/check"
@@ -29,6 +32,7 @@ func allMain(args []string) error {
 	seeds := fs.Int("seeds", 10, "runs per issuer, seeds 1 to seeds, the fault mixes in turn")
 	list := fs.String("issuers", strings.Join(issuers, ","), "the issuers, separated by commas")
 	doc := fs.String("doc", "", "a document to write the table into, between its markers")
+	parallel := fs.Bool("parallel", false, "run the issuers at once, each its runs in turn")
 	fs.Parse(args)
 	root := c.dir
 	if root == "" {
@@ -56,15 +60,25 @@ func allMain(args []string) error {
 	}
 	started := time.Now()
 	violations := 0
-	for _, issuer := range strings.Split(*list, ",") {
+	var (
+		mu sync.Mutex // guards rows, violations and the output of a run's report
+		wg sync.WaitGroup
+	)
+	names := strings.Split(*list, ",")
+	var failed error
+	runIssuer := func(issuer string) {
 		for seed := 1; seed <= *seeds; seed++ {
 			rc := c
 			rc.issuer, rc.seed, rc.mix = issuer, int64(seed), mixes[(seed-1)%len(mixes)]
 			rc.dir = filepath.Join(root, fmt.Sprintf("%s-%s-seed%d", issuer, rc.mix, seed))
 			res, sum, err := run(rc)
+			mu.Lock()
 			if err != nil {
-				return fmt.Errorf("%s seed %d: %w", issuer, seed, err)
+				failed = errors.Join(failed, fmt.Errorf("%s seed %d: %w", issuer, seed, err))
+				mu.Unlock()
+				return
 			}
+			fmt.Printf("lockset: %s seed %d:\n", issuer, seed)
 			if err := report(res, "lease"); err != nil {
 				violations++
 			}
@@ -78,13 +92,40 @@ func allMain(args []string) error {
 					r.illegal++
 				}
 			}
+			mu.Unlock()
 		}
 	}
+	for _, issuer := range names {
+		if !*parallel {
+			runIssuer(issuer)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runIssuer(issuer)
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		return failed
+	}
+	// By issuer, as the list names them, then by mix, as mixes lists them.
+	slices.SortStableFunc(rows, func(a, b *row) int {
+		if c := cmp.Compare(slices.Index(names, a.issuer), slices.Index(names, b.issuer)); c != 0 {
+			return c
+		}
+		return cmp.Compare(slices.Index(mixes, a.mix), slices.Index(mixes, b.mix))
+	})
 	var t bytes.Buffer
 	fmt.Fprintf(&t, "%s\n\n", tableBegin)
-	fmt.Fprintf(&t, "`make lockset-all SECONDS=%d SEEDS=%d`, %s, %d contenders on each of %d locks a side, TTL %v; %v in all.\n",
-		c.seconds, *seeds, time.Now().UTC().Format("2006-01-02"), c.perLock, c.locks, c.ttl, time.Since(started).Round(time.Minute))
-	fmt.Fprintf(&t, "Each cell is the issuer's lease, then the peer library beside it (etcd: `concurrency.Mutex`; Redis: redsync's `Mutex`). Excused: the overlaps and unsafe writes of a holder stopped by SIGSTOP, and of an operator's deletion that freed the lock in the instant it told the holder (docs/lockset.md). The last column counts the lease's locks that porcupine finds not a mutex's, other than so.\n\n")
+	how := "the issuers one after another"
+	if *parallel {
+		how = "the issuers at once"
+	}
+	fmt.Fprintf(&t, "`make lockset-all SECONDS=%d SEEDS=%d LOCKS=%d PARALLEL=%v`, %s, %d contenders on each of %d locks a side, TTL %v, %s; %v in all.\n",
+		c.seconds, *seeds, c.locks, *parallel, time.Now().UTC().Format("2006-01-02"), c.perLock, c.locks, c.ttl, how, time.Since(started).Round(time.Minute))
+	fmt.Fprintf(&t, "Each cell is the issuer's lease, then the peer library beside it (etcd: `concurrency.Mutex`; Redis: redsync's `Mutex`; PostgreSQL: `pg_advisory_lock` on a connection of its own; MySQL: `GET_LOCK` on a connection of its own). Excused: the overlaps and unsafe writes of a holder stopped by SIGSTOP, and of an operator's deletion of the lock (or end of its session) that freed it in the instant it told the holder (docs/lockset.md). The last column counts the lease's locks that porcupine finds not a mutex's, other than so.\n\n")
 	fmt.Fprintf(&t, "| issuer | faults | runs | minutes | loss events | hand-overs | writes | overlaps | unsafe writes | excused: stopped holder, deletion race | stale writes accepted | false losses | not a mutex |\n")
 	fmt.Fprintf(&t, "|---|---|---:|---:|---|---|---|---|---|---|---|---|---:|\n")
 	pair := func(a, b int) string { return fmt.Sprintf("%d · %d", a, b) }

@@ -32,7 +32,8 @@ var faultMixes = map[string][]string{
 	// once the fault ends; for Redis also a restart without persistence
 	// (kill-server-wipe: its data removed before the restart).
 	"server": {"pause-server", "kill-server"},
-	// An operator deletes the keys of a lock.
+	// An operator deletes the keys of a lock (for the databases: ends the
+	// session that holds it).
 	"operator": {check.DeleteLockKeys},
 }
 
@@ -59,6 +60,14 @@ func faultKinds(issuer, mix string) ([]string, error) {
 	}
 	if issuer == "redis" && (mix == "all" || mix == "server") {
 		kinds = append(slices.Clip(kinds), check.KillServerWipe)
+	}
+	if issuer == "pg" || issuer == "mysql" {
+		// The databases' locks have no keys: the operator's mistake is to
+		// end the session that holds one.
+		kinds = slices.Clone(kinds)
+		if i := slices.Index(kinds, check.DeleteLockKeys); i >= 0 {
+			kinds[i] = check.TerminateSession
+		}
 	}
 	return kinds, nil
 }
@@ -178,6 +187,13 @@ func (r *runner) fault(kind string, length time.Duration, c *contender) {
 		// An instant: the window is the deletion's own.
 		r.deleteKeys(c.lock)
 		length = 0
+	case check.TerminateSession:
+		if r.issuer == "pg" {
+			r.pgTerminateHolder(c.lock)
+		} else {
+			r.mysqlTerminateHolder(c.lock)
+		}
+		length = 0
 	}
 	time.Sleep(length)
 	// The end is stamped before the heal, so that nothing the fault held
@@ -189,7 +205,7 @@ func (r *runner) fault(kind string, length time.Duration, c *contender) {
 	switch {
 	case holderKinds[kind]:
 		f.Target = c.proc.name
-	case kind == check.DeleteLockKeys:
+	case kind == check.DeleteLockKeys, kind == check.TerminateSession:
 		f.Target = c.lock
 	}
 	r.faults = append(r.faults, f)

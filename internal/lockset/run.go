@@ -29,7 +29,7 @@ import (
 var sides = []string{"lease", "peer"}
 
 // issuers are the issuers a run can take.
-var issuers = []string{"etcd", "redis"}
+var issuers = []string{"etcd", "redis", "pg", "mysql"}
 
 func newLocker(c clientConfig) (locker, error) {
 	switch c.issuer {
@@ -37,25 +37,35 @@ func newLocker(c clientConfig) (locker, error) {
 		return newEtcdLocker(c)
 	case "redis":
 		return newRedisLocker(c)
+	case "pg":
+		return newPGLocker(c)
+	case "mysql":
+		return newMySQLLocker(c)
 	}
 	return nil, fmt.Errorf("no issuer %q (%s)", c.issuer, strings.Join(issuers, ", "))
 }
 
 // serverMain is "lockset server": the server process of an issuer whose
-// server runs in Go (etcd); Redis's is redis-server itself.
+// server runs in Go (etcd); the others' are the servers' own binaries.
 func serverMain(args []string) error { return etcdServerMain(args) }
 
 // proc is a process the run started: a client, or the server.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
+	name  string
+	cmd   *exec.Cmd
+	done  chan struct{}
+	group bool // the process leads a process group, which signals reach whole
 }
 
 func (p *proc) signal(sig syscall.Signal) {
-	if p != nil && p.cmd.Process != nil {
-		p.cmd.Process.Signal(sig)
+	if p == nil || p.cmd.Process == nil {
+		return
 	}
+	if p.group {
+		syscall.Kill(-p.cmd.Process.Pid, sig)
+		return
+	}
+	p.cmd.Process.Signal(sig)
 }
 
 // runner is one run of the workload.
@@ -67,6 +77,7 @@ type runner struct {
 	out        *history.Writer
 	self       string // this executable
 	serverPort int    // the server's client port, set at the first start, before any fault, and kept across restarts
+	serverDir  string // the server's data, where it is not in dir (PostgreSQL's)
 
 	mu      sync.Mutex
 	server  *proc
@@ -184,6 +195,9 @@ func run(c runConfig) (check.Result, summary, error) {
 	// The server's data is not an output of the run, and etcd's write-ahead
 	// log alone takes 64 MB.
 	os.RemoveAll(filepath.Join(dir, "server"))
+	if r.serverDir != "" {
+		os.RemoveAll(r.serverDir)
+	}
 	r.out.Flush()
 	hf.Sync()
 	window := 4 * r.ttl
@@ -248,8 +262,13 @@ func (r *runner) startRedis() (string, error) {
 // startServer starts the server process (again, after a kill, on the same
 // port and data) and returns its endpoint.
 func (r *runner) startServer() (string, error) {
-	if r.issuer == "redis" {
+	switch r.issuer {
+	case "redis":
 		return r.startRedis()
+	case "pg":
+		return r.startPG()
+	case "mysql":
+		return r.startMySQL()
 	}
 	cmd := exec.Command(r.self, "server", "-issuer", r.issuer, "-dir", filepath.Join(r.dir, "server"), "-port", strconv.Itoa(r.serverPort))
 	cmd.Stderr = os.Stderr

@@ -342,6 +342,11 @@ const (
 // target is the lock.
 const DeleteLockKeys = "delete-lock-keys"
 
+// TerminateSession is the kind of the fault that ends the server's session
+// holding a lock (PostgreSQL's pg_terminate_backend); its target is the
+// lock. Like a deletion, it erases the lock on the server.
+const TerminateSession = "terminate-session"
+
 // KillServerWipe is the kind of the fault that kills the server and
 // restarts it without its data when the fault ends, erasing every key.
 const KillServerWipe = "kill-server-wipe"
@@ -354,7 +359,7 @@ func deletionRace(faults []Fault, lock string, grant, loss int64) bool {
 	for _, f := range faults {
 		at := int64(-1)
 		switch {
-		case f.Kind == DeleteLockKeys && f.Target == lock:
+		case (f.Kind == DeleteLockKeys || f.Kind == TerminateSession) && f.Target == lock:
 			at = f.StartNS
 		case f.Kind == KillServerWipe:
 			at = f.EndNS

@@ -256,3 +256,30 @@ func TestReadRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminatedSessionRaces: an operator's end of the session that holds
+// a lock erases it on the server as a deletion of its keys does, and only
+// that lock's.
+func TestTerminatedSessionRaces(t *testing.T) {
+	events := parse(t, `
+		1 lease-1 acquire ok 1
+		50 lease-2 acquire invoke
+		300000000 lease-2 acquire ok 2
+		301000000 lease-1 lost`)
+	for _, tc := range []struct {
+		target string
+		want   Counts
+	}{
+		{"a", Counts{Overlaps: 1, Raced: 1, Handovers: 1, LossEvents: 1}},
+		{"b", Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}},
+	} {
+		fault := []Fault{{Kind: TerminateSession, Target: tc.target, StartNS: 299000000, EndNS: 299000000}}
+		res, err := Check(events, fault, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, res.Sides["lease"]); diff != "" {
+			t.Errorf("the session of lock %s ended: counts (-want +got):\n%s", tc.target, diff)
+		}
+	}
+}

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/zukhruf/lease/docs/examples/mysqllease"
+)
+
+// The MariaDB binaries of Debian's mariadb-server; MARIADBD and
+// MARIADB_INSTALL_DB override them.
+func mariadbd() string       { return envOr("MARIADBD", "/usr/sbin/mariadbd") }
+func mariadbInstall() string { return envOr("MARIADB_INSTALL_DB", "/usr/bin/mariadb-install-db") }
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// The tables the clients take their tokens from: the lease's fencing
+// table, and a counter for the peer, which has none.
+var mysqlSchema = []string{
+	"CREATE DATABASE IF NOT EXISTS lockset",
+	"CREATE TABLE IF NOT EXISTS lockset.tokens (name VARCHAR(255) PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB",
+	"CREATE TABLE IF NOT EXISTS lockset.peer_tokens (id INT PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB",
+	"INSERT IGNORE INTO lockset.peer_tokens VALUES (1, 0)",
+}
+
+// mysqlLockName is the server's name of lock, on both sides.
+func mysqlLockName(lock string) string {
+	name, _ := mysqllease.LockName("lockset:" + lock)
+	return name
+}
+
+// mysqlDSN is the data source name of root at addr.
+func mysqlDSN(addr string) string {
+	c := mysql.NewConfig()
+	c.User, c.Net, c.Addr = "root", "tcp", addr
+	c.Timeout = 2 * time.Second
+	return c.FormatDSN()
+}
+
+// startMySQL starts MariaDB on its data (made by mariadb-install-db at the
+// first start), on the port of the last start if there was one. A commit
+// is written to the kernel at once, which a SIGKILL of the server does not
+// lose: a token taken survives the kill.
+func (r *runner) startMySQL() (string, error) {
+	for _, b := range []string{mariadbd(), mariadbInstall()} {
+		if _, err := os.Stat(b); err != nil {
+			return "", fmt.Errorf("%s not found (set MARIADBD and MARIADB_INSTALL_DB): install the Debian package mariadb-server (make mysql-deps): %w", b, err)
+		}
+	}
+	dir := filepath.Join(r.dir, "server")
+	data, tmp := filepath.Join(dir, "data"), filepath.Join(dir, "tmp")
+	first := r.serverPort == 0
+	if first {
+		// A tmpdir of its own: a starting mariadbd removes the #sql* files
+		// of a shared one, another server's temporary tables.
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			return "", err
+		}
+		args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--auth-root-authentication-method=normal", "--skip-test-db"}
+		if os.Geteuid() == 0 {
+			args = append(args, "--user=root")
+		}
+		if out, err := exec.Command(mariadbInstall(), args...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("mariadb-install-db: %w: %s", err, out)
+		}
+	}
+	for try := 0; ; try++ {
+		port := r.serverPort
+		if port == 0 {
+			var err error
+			if port, err = freePort(); err != nil {
+				return "", err
+			}
+		}
+		args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--socket=" + filepath.Join(dir, "sock"),
+			"--pid-file=" + filepath.Join(dir, "pid"), "--log-error=" + filepath.Join(dir, "log"),
+			"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-name-resolve",
+			"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M", "--innodb-flush-log-at-trx-commit=2",
+			"--max-connections=300", "--performance-schema=off"}
+		if os.Geteuid() == 0 {
+			args = append(args, "--user=root")
+		}
+		cmd := exec.Command(mariadbd(), args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return "", err
+		}
+		p := &proc{name: "server", cmd: cmd, done: make(chan struct{})}
+		go func() { cmd.Wait(); close(p.done) }()
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		if err := mysqlReady(addr, first, p.done); err != nil {
+			p.signal(syscall.SIGKILL)
+			<-p.done
+			if first && try < 2 {
+				continue // another process took the free port
+			}
+			return "", err
+		}
+		if r.serverPort == 0 {
+			r.serverPort = port
+		}
+		r.mu.Lock()
+		r.server = p
+		r.mu.Unlock()
+		return addr, nil
+	}
+}
+
+// mysqlReady waits until the server at addr takes a statement (and, at the
+// first start, makes the token tables), or exited closes.
+func mysqlReady(addr string, first bool, exited <-chan struct{}) error {
+	db, err := sql.Open("mysql", mysqlDSN(addr))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := db.PingContext(ctx)
+		cancel()
+		if err == nil {
+			if !first {
+				return nil
+			}
+			for _, q := range mysqlSchema {
+				if _, err := db.Exec(q); err != nil {
+					return fmt.Errorf("%s: %w", q, err)
+				}
+			}
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("mariadbd exited")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mariadbd not ready after 60s: %w", err)
+		}
+	}
+}
+
+// mysqlTerminateHolder ends the session that holds lock, as an operator's
+// KILL would.
+func (r *runner) mysqlTerminateHolder(lock string) {
+	db, err := sql.Open("mysql", mysqlDSN(fmt.Sprintf("127.0.0.1:%d", r.serverPort)))
+	if err != nil {
+		return
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
+	defer cancel()
+	var id sql.NullInt64
+	if db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", mysqlLockName(lock)).Scan(&id) != nil || !id.Valid {
+		return
+	}
+	db.ExecContext(ctx, "KILL "+strconv.FormatInt(id.Int64, 10))
+}
+
+// mysqlLocker takes the lock with mysqllease (side lease), or (side peer)
+// as a service does by hand: GET_LOCK on a connection of its own, held
+// while the connection is open, with a token from a counter.
+type mysqlLocker struct {
+	cfg  clientConfig
+	db   *sql.DB
+	conn *sql.Conn // the peer's, taken again once it fails
+}
+
+func newMySQLLocker(c clientConfig) (*mysqlLocker, error) {
+	db, err := sql.Open("mysql", mysqlDSN(c.endpoint))
+	if err != nil {
+		return nil, err
+	}
+	return &mysqlLocker{cfg: c, db: db}, nil
+}
+
+func (l *mysqlLocker) close() {
+	if l.conn != nil {
+		l.conn.Close()
+	}
+	l.db.Close()
+}
+
+// mysqlConfig is the lease's for a TTL of whole seconds: the server frees
+// the lock of a silent session after the TTL, and the lease is lost half a
+// TTL after the send of its last confirmed heartbeat.
+func mysqlConfig(ttl time.Duration) mysqllease.Config {
+	return mysqllease.Config{ServerTimeout: ttl, Margin: ttl / 2, Heartbeat: ttl / 8, Fence: "lockset.tokens"}
+}
+
+func (l *mysqlLocker) acquire(ctx context.Context) (holding, error) {
+	if l.cfg.side == "peer" {
+		return l.acquireByHand(ctx)
+	}
+	le, err := mysqlConfig(l.cfg.ttl).Lock(ctx, l.db, "lockset:"+l.cfg.lock)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", errUnknown, err)
+		}
+		return nil, err
+	}
+	return leaseHolding{sig: le.Signal(), tok: le.Token(), unlock: le.Unlock}, nil
+}
+
+func (l *mysqlLocker) acquireByHand(ctx context.Context) (holding, error) {
+	if l.conn == nil {
+		c, err := l.db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		l.conn = c
+	}
+	drop := func() {
+		// A session that may hold the lock must not serve another
+		// statement: database/sql discards a connection that says it is
+		// bad.
+		l.conn.Raw(func(any) error { return driver.ErrBadConn })
+		l.conn.Close()
+		l.conn = nil
+	}
+	wait := 1
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(1, int(math.Ceil(time.Until(dl).Seconds())))
+	}
+	var got sql.NullInt64
+	if err := l.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", mysqlLockName(l.cfg.lock), wait).Scan(&got); err != nil {
+		// A cut wait may have been granted: the session is no longer to
+		// be trusted.
+		drop()
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", errUnknown, err)
+		}
+		return nil, err
+	}
+	if got.Int64 != 1 {
+		return nil, errors.New("GET_LOCK timed out")
+	}
+	var token int64
+	_, err := l.conn.ExecContext(ctx, "UPDATE lockset.peer_tokens SET token = LAST_INSERT_ID(token + 1) WHERE id = 1")
+	if err == nil {
+		err = l.conn.QueryRowContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&token)
+	}
+	if err != nil {
+		drop()
+		return nil, fmt.Errorf("the token: %w", err)
+	}
+	h := &mysqlByHand{conn: l.conn, name: mysqlLockName(l.cfg.lock), tok: token}
+	h.drop = drop
+	return h, nil
+}
+
+// mysqlByHand is a lock held the usual way: the holder acts while its
+// connection is open, which it learns at its next statement.
+type mysqlByHand struct {
+	conn *sql.Conn
+	name string
+	tok  int64
+	drop func()
+	bad  bool
+}
+
+func (h *mysqlByHand) token() int64          { return h.tok }
+func (h *mysqlByHand) lost() <-chan struct{} { return nil }
+func (h *mysqlByHand) held() bool            { return !h.bad }
+func (h *mysqlByHand) release(ctx context.Context) error {
+	if _, err := h.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", h.name); err != nil {
+		h.bad = true
+		h.drop()
+		return err
+	}
+	return nil
+}

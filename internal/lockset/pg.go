@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/zukhruf/lease/docs/examples/pglease"
+)
+
+// pgBin is the folder of Debian's PostgreSQL binaries; PGBIN overrides it.
+func pgBin() string {
+	if d := os.Getenv("PGBIN"); d != "" {
+		return d
+	}
+	return "/usr/lib/postgresql/15/bin"
+}
+
+// pgKey is the advisory lock key of lock, on both sides.
+func pgKey(lock string) int64 { return pglease.Key("lockset:" + lock) }
+
+// The tables the clients take their tokens from: the lease's fencing table,
+// and a sequence for the peer, which has none.
+const pgSchema = `CREATE TABLE IF NOT EXISTS lockset_tokens (key bigint PRIMARY KEY, token bigint NOT NULL);
+CREATE SEQUENCE IF NOT EXISTS lockset_peer_tokens`
+
+// pgCredential returns the user the server runs as when this process is
+// root, which PostgreSQL refuses: postgres, or nobody.
+func pgCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 == nil && err2 == nil {
+			return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+		}
+	}
+	return nil, errors.New("running as root, and there is no user postgres or nobody to run PostgreSQL as")
+}
+
+// startPG starts PostgreSQL on its data (made by initdb at the first
+// start, in a folder of its own that the server's user owns: the run's
+// folder is this user's alone), on the port of the last start if there
+// was one. The server and its backends are a process group, which the
+// faults stop and kill whole: a backend outlives a killed postmaster.
+func (r *runner) startPG() (string, error) {
+	bin := pgBin()
+	if _, err := os.Stat(filepath.Join(bin, "initdb")); err != nil {
+		return "", fmt.Errorf("%s/initdb not found (set PGBIN to its folder): install the Debian package postgresql (make pg-deps): %w", bin, err)
+	}
+	cred, err := pgCredential()
+	if err != nil {
+		return "", err
+	}
+	command := func(name string, args ...string) *exec.Cmd {
+		cmd := exec.Command(filepath.Join(bin, name), args...)
+		cmd.Env = append(os.Environ(), "LC_ALL=C")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		return cmd
+	}
+	first := r.serverDir == ""
+	if first {
+		if r.serverDir, err = os.MkdirTemp("", "lockset-pg-"); err != nil {
+			return "", err
+		}
+		if cred != nil {
+			if err := os.Chown(r.serverDir, int(cred.Uid), int(cred.Gid)); err != nil {
+				return "", err
+			}
+		}
+		if out, err := command("initdb", "-D", filepath.Join(r.serverDir, "data"), "-U", "postgres", "-A", "trust",
+			"--locale=C", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("initdb: %w: %s", err, out)
+		}
+	}
+	for try := 0; ; try++ {
+		port := r.serverPort
+		if port == 0 {
+			if port, err = freePort(); err != nil {
+				return "", err
+			}
+		}
+		logf, err := os.OpenFile(filepath.Join(r.serverDir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return "", err
+		}
+		// Commits are synchronous: a token taken must survive a kill of
+		// the server, which loses what is in its memory, not what the
+		// kernel has (fsync=off).
+		cmd := command("postgres", "-D", filepath.Join(r.serverDir, "data"), "-p", strconv.Itoa(port), "-k", r.serverDir,
+			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200",
+			"-c", "log_min_messages=fatal")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr.Setpgid = true
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		err = cmd.Start()
+		logf.Close()
+		if err != nil {
+			return "", err
+		}
+		p := &proc{name: "server", cmd: cmd, done: make(chan struct{}), group: true}
+		go func() { cmd.Wait(); close(p.done) }()
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		if err := pgReady(addr, first, p.done); err != nil {
+			p.signal(syscall.SIGKILL)
+			<-p.done
+			// Another process took the free port, or the backends of the
+			// killed server had not yet left its shared memory.
+			if try < 4 {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			return "", err
+		}
+		if r.serverPort == 0 {
+			r.serverPort = port
+		}
+		r.mu.Lock()
+		r.server = p
+		r.mu.Unlock()
+		return addr, nil
+	}
+}
+
+// pgConnString is the connection string of the server at addr.
+func pgConnString(addr string) string {
+	return "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+}
+
+// pgReady waits until the server at addr takes a statement (and, at the
+// first start, makes the token tables), or exited closes.
+func pgReady(addr string, first bool, exited <-chan struct{}) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := pgx.Connect(ctx, pgConnString(addr))
+		if err == nil {
+			if first {
+				_, err = c.Exec(ctx, pgSchema)
+			} else {
+				_, err = c.Exec(ctx, "SELECT 1")
+			}
+			c.Close(context.Background())
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("postgres exited")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres not ready after 30s: %w", err)
+		}
+	}
+}
+
+// pgTerminateHolder ends the session that holds lock's advisory lock, as an
+// operator's pg_terminate_backend would.
+func (r *runner) pgTerminateHolder(lock string) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
+	defer cancel()
+	c, err := pgx.Connect(ctx, pgConnString(fmt.Sprintf("127.0.0.1:%d", r.serverPort)))
+	if err != nil {
+		return
+	}
+	defer c.Close(context.Background())
+	// A bigint key is classid (its high half) and objid (its low half),
+	// with objsubid 1.
+	c.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid`, pgKey(lock))
+}
+
+// pgLocker takes the lock with pglease (side lease), or (side peer) as a
+// service does by hand: pg_advisory_lock on a connection of its own, held
+// while the connection is open, with a token from a sequence.
+type pgLocker struct {
+	cfg  clientConfig
+	pool *pgxpool.Pool // the lease's
+	conn *pgx.Conn     // the peer's, dialed again once it fails
+}
+
+func newPGLocker(c clientConfig) (*pgLocker, error) {
+	l := &pgLocker{cfg: c}
+	if c.side == "lease" {
+		pool, err := pgxpool.New(context.Background(), pgConnString(c.endpoint))
+		if err != nil {
+			return nil, err
+		}
+		l.pool = pool
+	}
+	return l, nil
+}
+
+func (l *pgLocker) close() {
+	if l.pool != nil {
+		l.pool.Close()
+	}
+	if l.conn != nil {
+		l.conn.Close(context.Background())
+	}
+}
+
+// pgConfig is the lease's: the server frees the lock of a silent session
+// after the TTL, and the lease is lost half a TTL after the send of its
+// last confirmed heartbeat.
+func pgConfig(ttl time.Duration) pglease.Config {
+	return pglease.Config{Heartbeat: ttl / 8, Deadline: ttl / 2, ServerTimeout: ttl, Fence: pgx.Identifier{"public", "lockset_tokens"}}
+}
+
+func (l *pgLocker) acquire(ctx context.Context) (holding, error) {
+	subject := "lockset:" + l.cfg.lock
+	if l.cfg.side == "peer" {
+		return l.acquireByHand(ctx)
+	}
+	le, err := pgConfig(l.cfg.ttl).Lock(ctx, l.pool, subject)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", errUnknown, err)
+		}
+		return nil, err
+	}
+	return leaseHolding{sig: le.Signal(), tok: le.Token(), unlock: le.Unlock}, nil
+}
+
+func (l *pgLocker) acquireByHand(ctx context.Context) (holding, error) {
+	if l.conn == nil || l.conn.IsClosed() {
+		c, err := pgx.Connect(ctx, pgConnString(l.cfg.endpoint))
+		if err != nil {
+			return nil, err
+		}
+		l.conn = c
+	}
+	if _, err := l.conn.Exec(ctx, "SELECT pg_advisory_lock($1)", pgKey(l.cfg.lock)); err != nil {
+		// A cut wait may have been granted: the session is no longer to
+		// be trusted.
+		l.conn.Close(context.Background())
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", errUnknown, err)
+		}
+		return nil, err
+	}
+	var token int64
+	if err := l.conn.QueryRow(ctx, "SELECT nextval('lockset_peer_tokens')").Scan(&token); err != nil {
+		l.conn.Close(context.Background())
+		return nil, fmt.Errorf("the token: %w", err)
+	}
+	return &pgByHand{conn: l.conn, key: pgKey(l.cfg.lock), tok: token}, nil
+}
+
+// pgByHand is an advisory lock held the usual way: the holder acts while
+// its connection is open, which it learns at its next statement.
+type pgByHand struct {
+	conn *pgx.Conn
+	key  int64
+	tok  int64
+}
+
+func (h *pgByHand) token() int64          { return h.tok }
+func (h *pgByHand) lost() <-chan struct{} { return nil }
+func (h *pgByHand) held() bool            { return !h.conn.IsClosed() }
+func (h *pgByHand) release(ctx context.Context) error {
+	if _, err := h.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", h.key); err != nil {
+		h.conn.Close(context.Background())
+		return err
+	}
+	return nil
+}
