@@ -17,14 +17,17 @@ LOCKS   ?= 3
 PARALLEL ?= false
 HISTORY ?=
 
-.PHONY: test-lockset lint-lockset lockset lockset-all lockset-smoke lockcheck
+.PHONY: test-lockset lint-lockset lockset lockset-all lockset-smoke lockcheck lockset-kube
 
 LOCKSET_BIN = $(or $(TMPDIR),/tmp)/lockset-bin
 
 # The server binaries each issuer's runs start, by the paths the issuers'
 # own targets check.
-LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps)
-LOCKSET_ENV  = REDIS_SERVER=$(REDIS_SERVER) PGBIN=$(PG_BIN) $(MYSQL_ENV)
+# Kubernetes's server is lockset-kube, a command of the k8slease module
+# (etcd and kube-apiserver, by its internal package kubetest), built here.
+LOCKSET_KUBE = $(or $(TMPDIR),/tmp)/lockset-kube
+LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube)
+LOCKSET_ENV  = REDIS_SERVER=$(REDIS_SERVER) PGBIN=$(PG_BIN) $(MYSQL_ENV) LOCKSET_KUBE=$(LOCKSET_KUBE)
 
 TEST_STEPS += test-lockset
 lint: lint-lockset
@@ -37,7 +40,7 @@ test-lockset:
 lint-lockset:
 	cd $(LOCKSET_DIR) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
-## lockset: one lock-set run of ISSUER (etcd, redis, pg or mysql) for
+## lockset: one lock-set run of ISSUER (etcd, redis, pg, mysql or k8s) for
 ## SECONDS (60) with the fault schedule of SEED (1), the peer's clients
 ## beside the issuer's; prints the run's folder and each side's counts, and
 ## fails on an overlap, an unsafe write or a stale write accepted.
@@ -50,13 +53,13 @@ lockset: $(call LOCKSET_DEPS,$(ISSUER))
 ## LOCKS locks a side (3); PARALLEL=true runs the issuers at once; writes
 ## the table into docs/lockset.md; fails if a run of the lease has a
 ## violation. SECONDS=600 SEEDS=10 takes 100 minutes an issuer.
-lockset-all: redis-deps pg-deps mysql-deps
+lockset-all: redis-deps pg-deps mysql-deps lockset-kube
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds $(SECONDS) -seeds $(SEEDS) -locks $(LOCKS) -parallel=$(PARALLEL) -doc $(CURDIR)/docs/lockset.md
 
 ## lockset-smoke: a 60 s run of each issuer with every fault mix, in make e2e.
 E2E_STEPS += lockset-smoke
-lockset-smoke: redis-deps pg-deps mysql-deps
+lockset-smoke: redis-deps pg-deps mysql-deps lockset-kube
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds 60 -seeds 1
 
@@ -67,3 +70,8 @@ lockset-smoke: redis-deps pg-deps mysql-deps
 lockcheck:
 	@test -n "$(HISTORY)" || { echo "lockcheck: set HISTORY, as in make lockcheck HISTORY=path/to/history.jsonl" >&2; exit 2; }
 	cd $(LOCKSET_DIR) && $(GO) run . check -history $(abspath $(HISTORY))
+
+# lockset-kube builds the Kubernetes server of the runs, after
+# kube-apiserver (k8s-apiserver: from the cache, or built into it).
+lockset-kube: k8s-apiserver
+	cd $(K8S_EXAMPLE) && $(GO) build -o $(LOCKSET_KUBE) ./internal/kubetest/cmd/lockset-kube

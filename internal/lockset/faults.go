@@ -143,10 +143,20 @@ func (r *runner) healOnce(active *int, heal func()) func() {
 	}
 }
 
+// serverKinds are the kinds of fault made to the server's process. They
+// are made one at a time: a second kill before the first restart would
+// start a second server beside it.
+var serverKinds = map[string]bool{"pause-server": true, "kill-server": true, check.KillServerWipe: true}
+
 // fault makes one fault for length and records its window.
 func (r *runner) fault(kind string, length time.Duration, c *contender) {
+	if serverKinds[kind] {
+		r.serverFaults.Lock()
+		defer r.serverFaults.Unlock()
+	}
 	start := history.Now()
 	heal := func() {}
+	erasedAt := int64(-1) // when an erasure's call returned
 	switch kind {
 	case check.PauseHolder:
 		c.proc.signal(syscall.SIGSTOP)
@@ -173,6 +183,13 @@ func (r *runner) fault(kind string, length time.Duration, c *contender) {
 		r.mu.Lock()
 		s := r.server
 		r.mu.Unlock()
+		if r.issuer == "k8s" {
+			// etcd keeps the objects in lockset-kube's process: the
+			// apiserver is what crashes.
+			s.signal(syscall.SIGUSR1)
+			heal = func() { s.signal(syscall.SIGUSR2) }
+			break
+		}
 		s.signal(syscall.SIGKILL)
 		<-s.done
 		if kind == check.KillServerWipe {
@@ -183,22 +200,26 @@ func (r *runner) fault(kind string, length time.Duration, c *contender) {
 				fmt.Println("lockset: restart the server:", err)
 			}
 		}
-	case check.DeleteLockKeys:
-		// An instant: the window is the deletion's own.
-		r.deleteKeys(c.lock)
-		length = 0
-	case check.TerminateSession:
-		if r.issuer == "pg" {
-			r.pgTerminateHolder(c.lock)
-		} else {
-			r.mysqlTerminateHolder(c.lock)
+	case check.DeleteLockKeys, check.TerminateSession:
+		// The window is the call's: from just before the deletion's or
+		// the session's end is sent to its reply. One that erased
+		// nothing (the lock was free; the server did not answer) is no
+		// fault.
+		var erased bool
+		start, erased = r.eraseLock(c.lock)
+		if !erased {
+			return
 		}
+		erasedAt = history.Now()
 		length = 0
 	}
 	time.Sleep(length)
 	// The end is stamped before the heal, so that nothing the fault held
 	// back happens before it.
 	end := history.Now()
+	if erasedAt >= 0 {
+		end = erasedAt
+	}
 	heal()
 	r.mu.Lock()
 	f := check.Fault{Kind: kind, StartNS: start, EndNS: end}
@@ -212,22 +233,41 @@ func (r *runner) fault(kind string, length time.Duration, c *contender) {
 	r.mu.Unlock()
 }
 
-// deleteKeys deletes every key of lock, as an operator's mistake would.
-func (r *runner) deleteKeys(lock string) {
-	if r.issuer == "redis" {
-		rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.serverPort), DialTimeout: r.ttl})
-		defer rdb.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
-		defer cancel()
-		rdb.Del(ctx, "lockset:"+lock)
-		return
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", r.serverPort)}, DialTimeout: r.ttl, Logger: zap.NewNop()})
-	if err != nil {
-		return
-	}
-	defer cli.Close()
+// eraseLock erases lock on the server as an operator's mistake would:
+// deletes its keys (its Lease object, for Kubernetes) or, on the
+// databases, ends the session that holds it. It returns the time just
+// before the call that erased it was sent, and whether it erased
+// anything.
+func (r *runner) eraseLock(lock string) (int64, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
 	defer cancel()
-	cli.Delete(ctx, "/lockset/"+lock+"/", clientv3.WithPrefix())
+	addr := fmt.Sprintf("127.0.0.1:%d", r.serverPort)
+	switch r.issuer {
+	case "k8s":
+		return r.kubeDeleteLease(ctx, lock)
+	case "pg":
+		return r.pgTerminateHolder(ctx, lock)
+	case "mysql":
+		return r.mysqlTerminateHolder(ctx, lock)
+	case "redis":
+		rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: r.ttl})
+		defer rdb.Close()
+		if rdb.Ping(ctx).Err() != nil {
+			return 0, false
+		}
+		at := history.Now()
+		n, err := rdb.Del(ctx, "lockset:"+lock).Result()
+		return at, err == nil && n > 0
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: r.ttl, Logger: zap.NewNop()})
+	if err != nil {
+		return 0, false
+	}
+	defer cli.Close()
+	if _, err := cli.Get(ctx, "/lockset/"); err != nil {
+		return 0, false
+	}
+	at := history.Now()
+	resp, err := cli.Delete(ctx, "/lockset/"+lock+"/", clientv3.WithPrefix())
+	return at, err == nil && resp.Deleted > 0
 }

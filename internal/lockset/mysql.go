@@ -17,6 +17,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/zukhruf/lease/docs/examples/mysqllease"
+	"github.com/zukhruf/lease/internal/lockset/history"
 )
 
 // The MariaDB binaries of Debian's mariadb-server; MARIADBD and
@@ -68,6 +69,12 @@ func (r *runner) startMySQL() (string, error) {
 	data, tmp := filepath.Join(dir, "data"), filepath.Join(dir, "tmp")
 	first := r.serverPort == 0
 	if first {
+		// The socket's path must fit in 107 bytes, which the run's folder
+		// under a long TMPDIR may not leave.
+		var err error
+		if r.serverDir, err = os.MkdirTemp("", "lsmy"); err != nil {
+			return "", err
+		}
 		// A tmpdir of its own: a starting mariadbd removes the #sql* files
 		// of a shared one, another server's temporary tables.
 		if err := os.MkdirAll(tmp, 0o700); err != nil {
@@ -89,7 +96,7 @@ func (r *runner) startMySQL() (string, error) {
 				return "", err
 			}
 		}
-		args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--socket=" + filepath.Join(dir, "sock"),
+		args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--socket=" + filepath.Join(r.serverDir, "sock"),
 			"--pid-file=" + filepath.Join(dir, "pid"), "--log-error=" + filepath.Join(dir, "log"),
 			"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-name-resolve",
 			"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M", "--innodb-flush-log-at-trx-commit=2",
@@ -108,8 +115,11 @@ func (r *runner) startMySQL() (string, error) {
 		if err := mysqlReady(addr, first, p.done); err != nil {
 			p.signal(syscall.SIGKILL)
 			<-p.done
-			if first && try < 2 {
-				continue // another process took the free port
+			// Another process took the free port, or the killed server's
+			// port was not yet free.
+			if try < 4 {
+				time.Sleep(200 * time.Millisecond)
+				continue
 			}
 			return "", err
 		}
@@ -159,25 +169,25 @@ func mysqlReady(addr string, first bool, exited <-chan struct{}) error {
 }
 
 // mysqlTerminateHolder ends the session that holds lock, as an operator's
-// KILL would.
-func (r *runner) mysqlTerminateHolder(lock string) {
+// KILL would; see runner.eraseLock.
+func (r *runner) mysqlTerminateHolder(ctx context.Context, lock string) (int64, bool) {
 	db, err := sql.Open("mysql", mysqlDSN(fmt.Sprintf("127.0.0.1:%d", r.serverPort)))
 	if err != nil {
-		return
+		return 0, false
 	}
 	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
-	defer cancel()
 	var id sql.NullInt64
 	if db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", mysqlLockName(lock)).Scan(&id) != nil || !id.Valid {
-		return
+		return 0, false
 	}
-	db.ExecContext(ctx, "KILL "+strconv.FormatInt(id.Int64, 10))
+	at := history.Now()
+	_, err = db.ExecContext(ctx, "KILL "+strconv.FormatInt(id.Int64, 10))
+	return at, err == nil
 }
 
 // mysqlLocker takes the lock with mysqllease (side lease), or (side peer)
 // as a service does by hand: GET_LOCK on a connection of its own, held
-// while the connection is open, with a token from a counter.
+// while the connection answers a ping, with a token from a counter.
 type mysqlLocker struct {
 	cfg  clientConfig
 	db   *sql.DB
@@ -262,25 +272,39 @@ func (l *mysqlLocker) acquireByHand(ctx context.Context) (holding, error) {
 		drop()
 		return nil, fmt.Errorf("the token: %w", err)
 	}
-	h := &mysqlByHand{conn: l.conn, name: mysqlLockName(l.cfg.lock), tok: token}
-	h.drop = drop
-	return h, nil
+	return &mysqlByHand{conn: l.conn, name: mysqlLockName(l.cfg.lock), tok: token, drop: drop, ping: l.cfg.ttl / 2}, nil
 }
 
-// mysqlByHand is a lock held the usual way: the holder acts while its
-// connection is open, which it learns at its next statement.
+// mysqlByHand is a lock held the usual way: the holder checks, before
+// each write, that its connection still answers (a session that ended
+// took the lock with it).
 type mysqlByHand struct {
 	conn *sql.Conn
 	name string
 	tok  int64
 	drop func()
+	ping time.Duration
 	bad  bool
 }
 
 func (h *mysqlByHand) token() int64          { return h.tok }
 func (h *mysqlByHand) lost() <-chan struct{} { return nil }
-func (h *mysqlByHand) held() bool            { return !h.bad }
+func (h *mysqlByHand) held() bool {
+	if h.bad {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.ping)
+	defer cancel()
+	if h.conn.PingContext(ctx) != nil {
+		h.bad = true
+		h.drop()
+	}
+	return !h.bad
+}
 func (h *mysqlByHand) release(ctx context.Context) error {
+	if h.bad {
+		return errors.New("the connection failed while held")
+	}
 	if _, err := h.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", h.name); err != nil {
 		h.bad = true
 		h.drop()

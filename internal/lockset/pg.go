@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/zukhruf/lease/docs/examples/pglease"
+	"github.com/zukhruf/lease/internal/lockset/history"
 )
 
 // pgBin is the folder of Debian's PostgreSQL binaries; PGBIN overrides it.
@@ -57,8 +58,9 @@ func pgCredential() (*syscall.Credential, error) {
 // startPG starts PostgreSQL on its data (made by initdb at the first
 // start, in a folder of its own that the server's user owns: the run's
 // folder is this user's alone), on the port of the last start if there
-// was one. The server and its backends are a process group, which the
-// faults stop and kill whole: a backend outlives a killed postmaster.
+// was one. The faults stop and kill the postmaster and its children, the
+// backends: each leads a process group of its own, and one outlives a
+// killed postmaster until it notices.
 func (r *runner) startPG() (string, error) {
 	bin := pgBin()
 	if _, err := os.Stat(filepath.Join(bin, "initdb")); err != nil {
@@ -107,14 +109,13 @@ func (r *runner) startPG() (string, error) {
 			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200",
 			"-c", "log_min_messages=fatal")
 		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr.Setpgid = true
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 		err = cmd.Start()
 		logf.Close()
 		if err != nil {
 			return "", err
 		}
-		p := &proc{name: "server", cmd: cmd, done: make(chan struct{}), group: true}
+		p := &proc{name: "server", cmd: cmd, done: make(chan struct{}), children: true}
 		go func() { cmd.Wait(); close(p.done) }()
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		if err := pgReady(addr, first, p.done); err != nil {
@@ -174,25 +175,26 @@ func pgReady(addr string, first bool, exited <-chan struct{}) error {
 }
 
 // pgTerminateHolder ends the session that holds lock's advisory lock, as an
-// operator's pg_terminate_backend would.
-func (r *runner) pgTerminateHolder(lock string) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
-	defer cancel()
+// operator's pg_terminate_backend would; see runner.eraseLock.
+func (r *runner) pgTerminateHolder(ctx context.Context, lock string) (int64, bool) {
 	c, err := pgx.Connect(ctx, pgConnString(fmt.Sprintf("127.0.0.1:%d", r.serverPort)))
 	if err != nil {
-		return
+		return 0, false
 	}
 	defer c.Close(context.Background())
 	// A bigint key is classid (its high half) and objid (its low half),
 	// with objsubid 1.
-	c.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+	at := history.Now()
+	var ended int
+	err = c.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_locks
 		WHERE locktype = 'advisory' AND granted AND objsubid = 1
-		AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid`, pgKey(lock))
+		AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid`, pgKey(lock)).Scan(&ended)
+	return at, err == nil && ended > 0
 }
 
 // pgLocker takes the lock with pglease (side lease), or (side peer) as a
 // service does by hand: pg_advisory_lock on a connection of its own, held
-// while the connection is open, with a token from a sequence.
+// while the connection answers a ping, with a token from a sequence.
 type pgLocker struct {
 	cfg  clientConfig
 	pool *pgxpool.Pool // the lease's
@@ -264,21 +266,37 @@ func (l *pgLocker) acquireByHand(ctx context.Context) (holding, error) {
 		l.conn.Close(context.Background())
 		return nil, fmt.Errorf("the token: %w", err)
 	}
-	return &pgByHand{conn: l.conn, key: pgKey(l.cfg.lock), tok: token}, nil
+	return &pgByHand{conn: l.conn, key: pgKey(l.cfg.lock), tok: token, ping: l.cfg.ttl / 2}, nil
 }
 
-// pgByHand is an advisory lock held the usual way: the holder acts while
-// its connection is open, which it learns at its next statement.
+// pgByHand is an advisory lock held the usual way: the holder checks,
+// before each write, that its connection still answers (a session that
+// ended took the lock with it).
 type pgByHand struct {
 	conn *pgx.Conn
 	key  int64
 	tok  int64
+	ping time.Duration
 }
 
 func (h *pgByHand) token() int64          { return h.tok }
 func (h *pgByHand) lost() <-chan struct{} { return nil }
-func (h *pgByHand) held() bool            { return !h.conn.IsClosed() }
+func (h *pgByHand) held() bool {
+	if h.conn.IsClosed() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.ping)
+	defer cancel()
+	if h.conn.Ping(ctx) != nil {
+		h.conn.Close(context.Background())
+		return false
+	}
+	return true
+}
 func (h *pgByHand) release(ctx context.Context) error {
+	if h.conn.IsClosed() {
+		return errors.New("the connection failed while held")
+	}
 	if _, err := h.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", h.key); err != nil {
 		h.conn.Close(context.Background())
 		return err

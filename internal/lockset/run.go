@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -29,7 +30,7 @@ import (
 var sides = []string{"lease", "peer"}
 
 // issuers are the issuers a run can take.
-var issuers = []string{"etcd", "redis", "pg", "mysql"}
+var issuers = []string{"etcd", "redis", "pg", "mysql", "k8s"}
 
 func newLocker(c clientConfig) (locker, error) {
 	switch c.issuer {
@@ -41,6 +42,8 @@ func newLocker(c clientConfig) (locker, error) {
 		return newPGLocker(c)
 	case "mysql":
 		return newMySQLLocker(c)
+	case "k8s":
+		return newKubeLocker(c)
 	}
 	return nil, fmt.Errorf("no issuer %q (%s)", c.issuer, strings.Join(issuers, ", "))
 }
@@ -51,21 +54,72 @@ func serverMain(args []string) error { return etcdServerMain(args) }
 
 // proc is a process the run started: a client, or the server.
 type proc struct {
-	name  string
-	cmd   *exec.Cmd
-	done  chan struct{}
-	group bool // the process leads a process group, which signals reach whole
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	// group: the process leads a process group, which signals reach
+	// whole. children: signals reach its children too, which lead groups
+	// of their own (PostgreSQL's backends call setsid).
+	group, children bool
 }
 
+// signal sends sig to the process (and its group or children), unless it
+// has exited: its pid may be another process's by now.
 func (p *proc) signal(sig syscall.Signal) {
 	if p == nil || p.cmd.Process == nil {
 		return
 	}
-	if p.group {
-		syscall.Kill(-p.cmd.Process.Pid, sig)
+	select {
+	case <-p.done:
 		return
+	default:
 	}
-	p.cmd.Process.Signal(sig)
+	pid := p.cmd.Process.Pid
+	switch {
+	case p.group:
+		syscall.Kill(-pid, sig)
+	case p.children && sig == syscall.SIGCONT:
+		for _, c := range childrenOf(pid) {
+			syscall.Kill(c, sig)
+		}
+		syscall.Kill(pid, sig)
+	case p.children:
+		// Stopped first, the parent starts no other child meanwhile;
+		// its children are found before a kill gives them to init.
+		syscall.Kill(pid, syscall.SIGSTOP)
+		for _, c := range childrenOf(pid) {
+			syscall.Kill(c, sig)
+		}
+		syscall.Kill(pid, sig)
+	default:
+		p.cmd.Process.Signal(sig)
+	}
+}
+
+// childrenOf returns the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, child)
+		}
+	}
+	return kids
 }
 
 // runner is one run of the workload.
@@ -77,7 +131,9 @@ type runner struct {
 	out        *history.Writer
 	self       string // this executable
 	serverPort int    // the server's client port, set at the first start, before any fault, and kept across restarts
-	serverDir  string // the server's data, where it is not in dir (PostgreSQL's)
+	serverDir  string // the server's files that are not in dir: PostgreSQL's data, MariaDB's socket
+
+	serverFaults sync.Mutex // held while a fault is made to the server's process
 
 	mu      sync.Mutex
 	server  *proc
@@ -164,7 +220,16 @@ func run(c runConfig) (check.Result, summary, error) {
 	if err != nil {
 		return res, sum, err
 	}
-	defer r.server.signal(syscall.SIGKILL)
+	defer func() {
+		r.mu.Lock()
+		s := r.server
+		r.mu.Unlock()
+		s.signal(syscall.SIGKILL)
+		if r.serverDir != "" {
+			<-s.done
+			os.RemoveAll(r.serverDir)
+		}
+	}()
 
 	reg := newRegister(r.out)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -215,7 +280,7 @@ func run(c runConfig) (check.Result, summary, error) {
 	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
 		return res, sum, err
 	}
-	fmt.Printf("lockset: %d faults in %v\n", len(r.faults), time.Duration(history.Now()-start).Round(time.Second))
+	fmt.Printf("lockset: %s seed %d: %d faults in %v\n", c.issuer, c.seed, len(r.faults), time.Duration(history.Now()-start).Round(time.Second))
 	return res, sum, nil
 }
 
@@ -269,6 +334,8 @@ func (r *runner) startServer() (string, error) {
 		return r.startPG()
 	case "mysql":
 		return r.startMySQL()
+	case "k8s":
+		return r.startKube()
 	}
 	cmd := exec.Command(r.self, "server", "-issuer", r.issuer, "-dir", filepath.Join(r.dir, "server"), "-port", strconv.Itoa(r.serverPort))
 	cmd.Stderr = os.Stderr

@@ -339,12 +339,14 @@ const (
 )
 
 // DeleteLockKeys is the kind of the fault that deletes a lock's keys; its
-// target is the lock.
+// target is the lock, and its window the deletion's call, from its send to
+// its reply.
 const DeleteLockKeys = "delete-lock-keys"
 
 // TerminateSession is the kind of the fault that ends the server's session
-// holding a lock (PostgreSQL's pg_terminate_backend); its target is the
-// lock. Like a deletion, it erases the lock on the server.
+// holding a lock (PostgreSQL's pg_terminate_backend, MySQL's KILL); its
+// target is the lock, and its window the call's. Like a deletion, it
+// erases the lock on the server.
 const TerminateSession = "terminate-session"
 
 // KillServerWipe is the kind of the fault that kills the server and
@@ -357,14 +359,15 @@ const KillServerWipe = "kill-server-wipe"
 // without its data (at its fault's end).
 func deletionRace(faults []Fault, lock string, grant, loss int64) bool {
 	for _, f := range faults {
-		at := int64(-1)
+		from, to := int64(-1), int64(-1) // when the erasure may have taken effect
 		switch {
 		case (f.Kind == DeleteLockKeys || f.Kind == TerminateSession) && f.Target == lock:
-			at = f.StartNS
+			// The window is the call's, from its send to its reply.
+			from, to = f.StartNS, f.EndNS
 		case f.Kind == KillServerWipe:
-			at = f.EndNS
+			from, to = f.EndNS, f.EndNS
 		}
-		if at >= 0 && at <= grant && grant-at <= int64(RaceGrant) && loss-grant <= int64(RaceLoss) {
+		if from >= 0 && from <= grant && grant-to <= int64(RaceGrant) && loss-grant <= int64(RaceLoss) {
 			return true
 		}
 	}

@@ -283,3 +283,30 @@ func TestTerminatedSessionRaces(t *testing.T) {
 		}
 	}
 }
+
+// TestErasureWindow: an erasure takes effect somewhere in its call, from
+// its send to its reply: a grant within RaceGrant of the reply races it,
+// however long the call took.
+func TestErasureWindow(t *testing.T) {
+	events := parse(t, `
+		1 lease-1 acquire ok 1
+		50 lease-2 acquire invoke
+		1800000000 lease-2 acquire ok 2
+		1801000000 lease-1 lost`)
+	for _, tc := range []struct {
+		start, end int64
+		want       Counts
+	}{
+		{100000000, 900000000, Counts{Overlaps: 1, Raced: 1, Handovers: 1, LossEvents: 1}},
+		{100000000, 700000000, Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}},
+	} {
+		fault := []Fault{{Kind: DeleteLockKeys, Target: "a", StartNS: tc.start, EndNS: tc.end}}
+		res, err := Check(events, fault, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, res.Sides["lease"]); diff != "" {
+			t.Errorf("a deletion sent at %d, answered at %d: counts (-want +got):\n%s", tc.start, tc.end, diff)
+		}
+	}
+}
