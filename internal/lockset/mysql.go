@@ -6,6 +6,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"math"
 	"os"
 	"os/exec"
@@ -195,6 +197,9 @@ type mysqlLocker struct {
 }
 
 func newMySQLLocker(c clientConfig) (*mysqlLocker, error) {
+	// The driver's complaints during a fault are the fault, and would
+	// drown the run's output.
+	mysql.SetLogger(log.New(io.Discard, "", 0))
 	db, err := sql.Open("mysql", mysqlDSN(c.endpoint))
 	if err != nil {
 		return nil, err
