@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,8 +34,12 @@ func allMain(args []string) error {
 	list := fs.String("issuers", strings.Join(issuers, ","), "the issuers, separated by commas")
 	doc := fs.String("doc", "", "a document to write the table into, between its markers")
 	parallel := fs.Bool("parallel", false, "run the issuers at once, each its runs in turn")
+	again := fs.Bool("again", false, "run nothing: check again the runs in -out, made by an earlier lockset all with the same -seeds, and write their table")
 	fs.Parse(args)
 	root := c.dir
+	if *again && root == "" {
+		return errors.New("all: -again needs -out, the folder of the runs")
+	}
 	if root == "" {
 		var err error
 		if root, err = os.MkdirTemp("", "lockset-all-"); err != nil {
@@ -71,7 +76,17 @@ func allMain(args []string) error {
 			rc := c
 			rc.issuer, rc.seed, rc.mix = issuer, int64(seed), mixes[(seed-1)%len(mixes)]
 			rc.dir = filepath.Join(root, fmt.Sprintf("%s-%s-seed%d", issuer, rc.mix, seed))
-			res, sum, err := run(rc)
+			var (
+				res check.Result
+				sum summary
+				err error
+			)
+			if *again {
+				res, sum, err = checkAgain(rc.dir)
+				rc.seconds = sum.Seconds
+			} else {
+				res, sum, err = run(rc)
+			}
 			mu.Lock()
 			if err != nil {
 				failed = errors.Join(failed, fmt.Errorf("%s seed %d: %w", issuer, seed, err))
@@ -123,10 +138,14 @@ func allMain(args []string) error {
 	if *parallel {
 		how = "the issuers at once"
 	}
-	fmt.Fprintf(&t, "`make lockset-all SECONDS=%d SEEDS=%d LOCKS=%d PARALLEL=%v`, %s, %d contenders on each of %d locks a side, TTL %v, %s; %v in all.\n",
-		c.seconds, *seeds, c.locks, *parallel, time.Now().UTC().Format("2006-01-02"), c.perLock, c.locks, c.ttl, how, time.Since(started).Round(time.Minute))
-	fmt.Fprintf(&t, "Each cell is the issuer's lease, then the peer library beside it (etcd: `concurrency.Mutex`; Redis: redsync's `Mutex`; PostgreSQL: `pg_advisory_lock` on a connection of its own; MySQL: `GET_LOCK` on a connection of its own; Kubernetes: client-go's `LeaderElector`). Excused: the overlaps and unsafe writes of a holder stopped by SIGSTOP, and of an operator's deletion of the lock (or end of its session) that freed it in the instant it told the holder (docs/lockset.md). The last column counts the lease's locks that porcupine finds not a mutex's, other than so.\n\n")
-	fmt.Fprintf(&t, "| issuer | faults | runs | minutes | loss events | hand-overs | writes | overlaps | unsafe writes | excused: stopped holder, deletion race | stale writes accepted | false losses | not a mutex |\n")
+	took := fmt.Sprintf("%v in all", time.Since(started).Round(time.Minute))
+	if *again {
+		took = "checked again (`lockset all -again`)"
+	}
+	fmt.Fprintf(&t, "`make lockset-all SECONDS=%d SEEDS=%d LOCKS=%d PARALLEL=%v`, %s, %d contenders on each of %d locks a side, TTL %v, %s; %s.\n",
+		c.seconds, *seeds, c.locks, *parallel, time.Now().UTC().Format("2006-01-02"), c.perLock, c.locks, c.ttl, how, took)
+	fmt.Fprintf(&t, "Each cell is the issuer's lease, then the peer library beside it (etcd: `concurrency.Mutex`; Redis: redsync's `Mutex`; PostgreSQL: `pg_advisory_lock` on a connection of its own; MySQL: `GET_LOCK` on a connection of its own; Kubernetes: client-go's `LeaderElector`). Excused: the overlaps and unsafe writes of a holder stopped by SIGSTOP, and of an erasure that freed the lock in the instant it told the holder: an operator's deletion of the lock or end of its session, a Redis restart without data, a reset of the holder's connection where the lock lives in its session (docs/lockset.md). The last column counts the lease's locks that porcupine finds not a mutex's, other than so.\n\n")
+	fmt.Fprintf(&t, "| issuer | faults | runs | minutes | loss events | hand-overs | writes | overlaps | unsafe writes | excused: stopped holder, erasure race | stale writes accepted | false losses | not a mutex |\n")
 	fmt.Fprintf(&t, "|---|---|---:|---:|---|---|---|---|---|---|---|---|---:|\n")
 	pair := func(a, b int) string { return fmt.Sprintf("%d · %d", a, b) }
 	for _, r := range rows {
@@ -163,4 +182,24 @@ func writeTable(doc, table string) error {
 	}
 	out := append(append(append([]byte{}, b[:i]...), table...), b[j+len(tableEnd):]...)
 	return os.WriteFile(doc, out, 0o644)
+}
+
+// checkAgain checks the run in dir again, with its summary's faults, and
+// writes the summary's counts anew.
+func checkAgain(dir string) (check.Result, summary, error) {
+	var sum summary
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		return check.Result{}, sum, err
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		return check.Result{}, sum, fmt.Errorf("%s: %w", dir, err)
+	}
+	res, err := checkFile(filepath.Join(dir, "history.jsonl"), sum.Faults, time.Duration(sum.LossWindowNS), sessionLocks(sum.Issuer))
+	if err != nil {
+		return res, sum, err
+	}
+	sum.Lease, sum.Peer = res.Sides["lease"], res.Sides["peer"]
+	b, _ = json.MarshalIndent(sum, "", "  ")
+	return res, sum, os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644)
 }

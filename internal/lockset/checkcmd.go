@@ -51,7 +51,7 @@ func checkMain(args []string) error {
 	if *window == 0 {
 		*window = time.Duration(sum.LossWindowNS)
 	}
-	res, err := checkFile(*path, sum.Faults, *window)
+	res, err := checkFile(*path, sum.Faults, *window, sessionLocks(sum.Issuer))
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,7 @@ func checkMain(args []string) error {
 
 // checkFile checks the history at path, and writes the views of the locks
 // with a violation beside it.
-func checkFile(path string, faults []check.Fault, window time.Duration) (check.Result, error) {
+func checkFile(path string, faults []check.Fault, window time.Duration, sessionLocks bool) (check.Result, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return check.Result{}, err
@@ -70,8 +70,12 @@ func checkFile(path string, faults []check.Fault, window time.Duration) (check.R
 	if err != nil {
 		return check.Result{}, err
 	}
-	return check.Check(events, faults, check.Options{LossWindow: window, HTMLDir: filepath.Dir(path)})
+	return check.Check(events, faults, check.Options{LossWindow: window, HTMLDir: filepath.Dir(path), SessionLocks: sessionLocks})
 }
+
+// sessionLocks reports whether issuer's locks live in the holder's session
+// on the server, which a reset of its connection ends.
+func sessionLocks(issuer string) bool { return issuer == "pg" || issuer == "mysql" }
 
 // report prints each side's counts as JSON, one line a side, then the
 // findings, and returns errViolation if a side of strict (every side, if

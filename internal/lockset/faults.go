@@ -39,7 +39,7 @@ var faultMixes = map[string][]string{
 
 // holderKinds are the kinds of fault made to a holder, its process or its
 // link; a fault of another kind is made once, to the server or to a lock.
-var holderKinds = map[string]bool{"pause-holder": true, "cut-holder": true, "drop-to-server": true, "drop-to-client": true, "slow-holder": true}
+var holderKinds = map[string]bool{"pause-holder": true, check.CutHolder: true, "drop-to-server": true, "drop-to-client": true, "slow-holder": true}
 
 // mixes lists the mixes in the order lockset-all runs them; all is every
 // kind.
@@ -161,7 +161,7 @@ func (r *runner) fault(kind string, length time.Duration, c *contender) {
 	case check.PauseHolder:
 		c.proc.signal(syscall.SIGSTOP)
 		heal = r.healOnce(&c.paused, func() { c.proc.signal(syscall.SIGCONT) })
-	case "cut-holder":
+	case check.CutHolder:
 		c.proxy.Cut()
 		heal = r.healOnce(&c.faulted, c.proxy.Heal)
 	case "drop-to-server":

@@ -267,7 +267,7 @@ func run(c runConfig) (check.Result, summary, error) {
 	hf.Sync()
 	window := 4 * r.ttl
 
-	res, err = checkFile(filepath.Join(dir, "history.jsonl"), r.faults, window)
+	res, err = checkFile(filepath.Join(dir, "history.jsonl"), r.faults, window, sessionLocks(c.issuer))
 	if err != nil {
 		return res, sum, err
 	}

@@ -103,6 +103,13 @@ type Options struct {
 	// whose history has a violation or is not a mutex's, with the fault
 	// windows marked: lockcheck-<lock>.html.
 	HTMLDir string
+	// SessionLocks says that a lock lives in its holder's session on the
+	// server (PostgreSQL's advisory locks, MySQL's GET_LOCK): a reset of
+	// the holder's connection (a CutHolder fault) ends the session, and
+	// frees the lock, in the instant it tells the holder, a race of an
+	// erasure as an operator's end of the session is. Elsewhere a reset
+	// frees nothing, and a grant that follows it is no race.
+	SessionLocks bool
 }
 
 // A Finding is one violation, described for a person.
@@ -244,10 +251,10 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 					excused++
 					add(b.p, func(c *Counts) { c.StoppedHolder++ })
 					kind = "overlap, the holder stopped"
-				} else if deletionRace(faults, lock, b.start, a.end) {
+				} else if deletionRace(faults, lock, a.p, o.SessionLocks, b.start, a.end) {
 					excused++
 					add(b.p, func(c *Counts) { c.Raced++ })
-					kind = "overlap, a deletion's race"
+					kind = "overlap, an erasure's race"
 				}
 				res.Findings = append(res.Findings, Finding{lock, kind,
 					fmt.Sprintf("%s acquired at %d (token %d) while %s held it since %d (token %d), %s", b.p, b.start, b.token, a.p, a.start, a.token, endText(a, b))})
@@ -272,9 +279,9 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 				if f := pauseAt(faults, w.P, h.start); f != nil && (lastSent(sent, w.P, w.T) < f.EndNS || mine.end-f.EndNS <= int64(ResumeLoss)) {
 					add(w.P, func(c *Counts) { c.StoppedHolder++ })
 					kind = "unsafe write, the writer stopped"
-				} else if deletionRace(faults, lock, h.start, mine.end) && w.T <= mine.end {
+				} else if deletionRace(faults, lock, w.P, o.SessionLocks, h.start, mine.end) && w.T <= mine.end {
 					add(w.P, func(c *Counts) { c.Raced++ })
-					kind = "unsafe write, a deletion's race"
+					kind = "unsafe write, an erasure's race"
 				}
 				res.Findings = append(res.Findings, Finding{lock, kind,
 					fmt.Sprintf("%s's write with token %d applied at %d, while %s held the lock since %d (token %d)", w.P, w.Token, w.T, h.p, h.start, h.token)})
@@ -349,21 +356,28 @@ const DeleteLockKeys = "delete-lock-keys"
 // erases the lock on the server.
 const TerminateSession = "terminate-session"
 
+// CutHolder is the kind of the fault that resets every connection of a
+// holder at its proxy; its target is the process.
+const CutHolder = "cut-holder"
+
 // KillServerWipe is the kind of the fault that kills the server and
 // restarts it without its data when the fault ends, erasing every key.
 const KillServerWipe = "kill-server-wipe"
 
 // deletionRace reports whether a grant at grant, and the earlier holder's
 // loss at loss, are a race of an erasure of lock's keys: an operator's
-// deletion of them (at its fault's start), or a restart of the server
-// without its data (at its fault's end).
-func deletionRace(faults []Fault, lock string, grant, loss int64) bool {
+// deletion of them or end of the session holding it (within its call), a
+// reset of holder's connection where locks live in sessions (at its
+// start), or a restart of the server without its data (at its end).
+func deletionRace(faults []Fault, lock, holder string, sessionLocks bool, grant, loss int64) bool {
 	for _, f := range faults {
 		from, to := int64(-1), int64(-1) // when the erasure may have taken effect
 		switch {
 		case (f.Kind == DeleteLockKeys || f.Kind == TerminateSession) && f.Target == lock:
 			// The window is the call's, from its send to its reply.
 			from, to = f.StartNS, f.EndNS
+		case sessionLocks && f.Kind == CutHolder && f.Target == holder:
+			from, to = f.StartNS, f.StartNS
 		case f.Kind == KillServerWipe:
 			from, to = f.EndNS, f.EndNS
 		}

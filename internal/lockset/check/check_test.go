@@ -310,3 +310,33 @@ func TestErasureWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestResetRacesSessionLocks: a reset of the holder's connection frees a
+// lock that lives in its session at once, a race like an operator's end
+// of the session; where locks outlive the connection, a grant right after
+// a reset is an overlap like any other.
+func TestResetRacesSessionLocks(t *testing.T) {
+	events := parse(t, `
+		1 lease-1 acquire ok 1
+		50 lease-2 acquire invoke
+		300000000 lease-2 acquire ok 2
+		309000000 lease-1 lost`)
+	for _, tc := range []struct {
+		sessionLocks bool
+		target       string
+		want         Counts
+	}{
+		{true, "lease-1", Counts{Overlaps: 1, Raced: 1, Handovers: 1, LossEvents: 1}},
+		{true, "lease-3", Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}},
+		{false, "lease-1", Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}},
+	} {
+		fault := []Fault{{Kind: CutHolder, Target: tc.target, StartNS: 291000000, EndNS: 900000000}}
+		res, err := Check(events, fault, Options{SessionLocks: tc.sessionLocks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, res.Sides["lease"]); diff != "" {
+			t.Errorf("session locks %v, %s's connections reset: counts (-want +got):\n%s", tc.sessionLocks, tc.target, diff)
+		}
+	}
+}
