@@ -75,17 +75,21 @@ func TestRenewalsKeepTheLease(t *testing.T) {
 }
 
 // TestUnlockHandsOver releases the key to a waiting Lock, again and again,
-// and checks that the wait after Unlock is short: the waiting Lock tracks
-// the key, so it does not wait for the TTL or its retry period.
+// and checks that the waiting Lock is woken by the release: it tracks the
+// key. Its retry period and the TTL are 10 s, so a waiter that slept until
+// either would wait seconds (at least the TTL less a renew period, 6.7 s);
+// a woken one waits milliseconds, which the test logs, and must wait less
+// than 2 s, whatever the machine's load.
 func TestUnlockHandsOver(t *testing.T) {
 	key := keyName(t)
 	rdb := client(t, shared.Addr())
+	slow := redislease.Config{TTL: 10 * time.Second, RetryPeriod: 10 * time.Second}
 	var waits []time.Duration
 	tokens := []int64{}
-	l := mustLock(t, short, rdb, key)
+	l := mustLock(t, slow, rdb, key)
 	tokens = append(tokens, l.Token())
 	for range 20 {
-		b := lockAsync(t.Context(), short, client(t, shared.Addr()), key)
+		b := lockAsync(t.Context(), slow, client(t, shared.Addr()), key)
 		time.Sleep(50 * time.Millisecond) // B waits
 		start := time.Now()
 		if err := l.Unlock(context.Background()); err != nil {
@@ -106,11 +110,8 @@ func TestUnlockHandsOver(t *testing.T) {
 	slices.Sort(waits)
 	median := waits[len(waits)/2]
 	t.Logf("Unlock → waiting Lock granted: median %v, max %v over %d hand-overs", median, waits[len(waits)-1], len(waits))
-	if median > 50*time.Millisecond {
-		t.Errorf("median hand-over %v, want at most 50 ms", median)
-	}
-	if waits[len(waits)-1] >= short.RetryPeriod && waits[len(waits)-1] >= short.TTL/4 {
-		t.Errorf("a hand-over took %v: the waiting Lock waited for its retry period", waits[len(waits)-1])
+	if longest := waits[len(waits)-1]; longest >= 2*time.Second {
+		t.Errorf("a hand-over took %v: the waiting Lock was not woken by the release", longest)
 	}
 	for i := 1; i < len(tokens); i++ {
 		if tokens[i] <= tokens[i-1] {

@@ -339,10 +339,17 @@ const PauseHolder = "pause-holder"
 // overdue since the stop.
 const ResumeLoss = 100 * time.Millisecond
 
-// The bounds of a deletion's race (see Counts.Raced).
+// The bounds of an erasure's race (see Counts.Raced). Within RaceLoss of
+// the waiter's grant, the holder learned of the erasure by the same news
+// as the waiter (a push, a watch event, the reset of its connection), not
+// from its own deadline, which comes a TTL less the margin after its last
+// renewal: 1.8 s for the runs' 2 s TTL. The news reaches two processes in
+// either order, and on a loaded machine tens of milliseconds apart (a
+// Kubernetes holder's watch told it 72 ms after a waiter had taken the
+// deleted Lease, at a load average of 15 on 2 cores).
 const (
 	RaceGrant = time.Second
-	RaceLoss  = 10 * time.Millisecond
+	RaceLoss  = 250 * time.Millisecond
 )
 
 // DeleteLockKeys is the kind of the fault that deletes a lock's keys; its

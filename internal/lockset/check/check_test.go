@@ -184,12 +184,12 @@ func TestVerdicts(t *testing.T) {
 		want:   Counts{Overlaps: 1, Raced: 1, Handovers: 1, LossEvents: 1},
 		linear: porcupine.Illegal,
 	}, {
-		name: "not a race: the holder lost 20 ms after the grant that followed a deletion",
+		name: "not a race: the holder lost 300 ms after the grant that followed a deletion",
 		text: `
 			1 lease-1 acquire ok 1
 			50 lease-2 acquire invoke
 			300000000 lease-2 acquire ok 2
-			320000000 lease-1 lost`,
+			600000000 lease-1 lost`,
 		want:   Counts{Overlaps: 1, Handovers: 1, LossEvents: 1},
 		linear: porcupine.Illegal,
 	}, {
