@@ -90,14 +90,7 @@ func (r *runner) startMySQL() (string, error) {
 			return "", fmt.Errorf("mariadb-install-db: %w: %s", err, out)
 		}
 	}
-	for try := 0; ; try++ {
-		port := r.serverPort
-		if port == 0 {
-			var err error
-			if port, err = freePort(); err != nil {
-				return "", err
-			}
-		}
+	return r.serve(func(port int) (*exec.Cmd, error) {
 		args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--socket=" + filepath.Join(r.serverDir, "sock"),
 			"--pid-file=" + filepath.Join(dir, "pid"), "--log-error=" + filepath.Join(dir, "log"),
 			"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-name-resolve",
@@ -108,31 +101,8 @@ func (r *runner) startMySQL() (string, error) {
 		}
 		cmd := exec.Command(mariadbd(), args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			return "", err
-		}
-		p := &proc{name: "server", cmd: cmd, done: make(chan struct{})}
-		go func() { cmd.Wait(); close(p.done) }()
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		if err := mysqlReady(addr, first, p.done); err != nil {
-			p.signal(syscall.SIGKILL)
-			<-p.done
-			// Another process took the free port, or the killed server's
-			// port was not yet free.
-			if try < 4 {
-				time.Sleep(200 * time.Millisecond)
-				continue
-			}
-			return "", err
-		}
-		if r.serverPort == 0 {
-			r.serverPort = port
-		}
-		r.mu.Lock()
-		r.server = p
-		r.mu.Unlock()
-		return addr, nil
-	}
+		return cmd, nil
+	}, false, func(addr string, exited <-chan struct{}) error { return mysqlReady(addr, first, exited) })
 }
 
 // mysqlReady waits until the server at addr takes a statement (and, at the

@@ -91,16 +91,10 @@ func (r *runner) startPG() (string, error) {
 			return "", fmt.Errorf("initdb: %w: %s", err, out)
 		}
 	}
-	for try := 0; ; try++ {
-		port := r.serverPort
-		if port == 0 {
-			if port, err = freePort(); err != nil {
-				return "", err
-			}
-		}
+	return r.serve(func(port int) (*exec.Cmd, error) {
 		logf, err := os.OpenFile(filepath.Join(r.serverDir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		// Commits are synchronous: a token taken must survive a kill of
 		// the server, which loses what is in its memory, not what the
@@ -110,33 +104,8 @@ func (r *runner) startPG() (string, error) {
 			"-c", "log_min_messages=fatal")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-		err = cmd.Start()
-		logf.Close()
-		if err != nil {
-			return "", err
-		}
-		p := &proc{name: "server", cmd: cmd, done: make(chan struct{}), children: true}
-		go func() { cmd.Wait(); close(p.done) }()
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		if err := pgReady(addr, first, p.done); err != nil {
-			p.signal(syscall.SIGKILL)
-			<-p.done
-			// Another process took the free port, or the backends of the
-			// killed server had not yet left its shared memory.
-			if try < 4 {
-				time.Sleep(200 * time.Millisecond)
-				continue
-			}
-			return "", err
-		}
-		if r.serverPort == 0 {
-			r.serverPort = port
-		}
-		r.mu.Lock()
-		r.server = p
-		r.mu.Unlock()
-		return addr, nil
-	}
+		return cmd, nil
+	}, true, func(addr string, exited <-chan struct{}) error { return pgReady(addr, first, exited) })
 }
 
 // pgConnString is the connection string of the server at addr.

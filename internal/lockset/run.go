@@ -287,6 +287,23 @@ func run(c runConfig) (check.Result, summary, error) {
 // startRedis starts redis-server on its data folder, on the port of the
 // last start if there was one.
 func (r *runner) startRedis() (string, error) {
+	return r.serve(func(port int) (*exec.Cmd, error) {
+		cmd, err := redisCommand(filepath.Join(r.dir, "server"), port)
+		if err != nil {
+			return nil, err
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		return cmd, nil
+	}, false, func(addr string, exited <-chan struct{}) error { return redisReady(addr, exited) })
+}
+
+// serve starts the server process that command makes for a port (the
+// port of the last start, or a free one at the first) and returns its
+// address once ready says it serves there. It tries a few times: another
+// process may take a free port, and a killed server's port, or its
+// shared memory, may not be free yet. children: signals reach the
+// process's children too (see proc).
+func (r *runner) serve(command func(port int) (*exec.Cmd, error), children bool, ready func(addr string, exited <-chan struct{}) error) (string, error) {
 	for try := 0; ; try++ {
 		port := r.serverPort
 		if port == 0 {
@@ -295,22 +312,29 @@ func (r *runner) startRedis() (string, error) {
 				return "", err
 			}
 		}
-		cmd, err := redisCommand(filepath.Join(r.dir, "server"), port)
+		cmd, err := command(port)
 		if err != nil {
 			return "", err
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
+		err = cmd.Start()
+		// A log file the command writes to is the child's once started.
+		for _, w := range []io.Writer{cmd.Stdout, cmd.Stderr} {
+			if f, ok := w.(*os.File); ok && f != os.Stdout && f != os.Stderr {
+				f.Close()
+			}
+		}
+		if err != nil {
 			return "", err
 		}
-		p := &proc{name: "server", cmd: cmd, done: make(chan struct{})}
+		p := &proc{name: "server", cmd: cmd, done: make(chan struct{}), children: children}
 		go func() { cmd.Wait(); close(p.done) }()
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		if err := redisReady(addr, p.done); err != nil {
-			cmd.Process.Kill()
+		if err := ready(addr, p.done); err != nil {
+			p.signal(syscall.SIGKILL)
 			<-p.done
-			if r.serverPort == 0 && try < 2 {
-				continue // another process took the free port
+			if try < 4 {
+				time.Sleep(200 * time.Millisecond)
+				continue
 			}
 			return "", err
 		}
