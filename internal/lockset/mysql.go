@@ -113,31 +113,15 @@ func mysqlReady(addr string, first bool, exited <-chan struct{}) error {
 		return err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			if !first {
-				return nil
-			}
-			for _, q := range mysqlSchema {
-				if _, err := db.Exec(q); err != nil {
-					return fmt.Errorf("%s: %w", q, err)
-				}
-			}
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("mariadbd exited")
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("mariadbd not ready after 60s: %w", err)
+	if err := waitServing("mariadbd", 60*time.Second, exited, db.PingContext); err != nil || !first {
+		return err
+	}
+	for _, q := range mysqlSchema {
+		if _, err := db.Exec(q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
+	return nil
 }
 
 // mysqlTerminateHolder ends the session that holds lock, as an operator's

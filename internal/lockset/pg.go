@@ -116,31 +116,19 @@ func pgConnString(addr string) string {
 // pgReady waits until the server at addr takes a statement (and, at the
 // first start, makes the token tables), or exited closes.
 func pgReady(addr string, first bool, exited <-chan struct{}) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := pgx.Connect(ctx, pgConnString(addr))
-		if err == nil {
-			if first {
-				_, err = c.Exec(ctx, pgSchema)
-			} else {
-				_, err = c.Exec(ctx, "SELECT 1")
-			}
-			c.Close(context.Background())
-		}
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("postgres exited")
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres not ready after 30s: %w", err)
-		}
+	statement := "SELECT 1"
+	if first {
+		statement = pgSchema
 	}
+	return waitServing("postgres", 30*time.Second, exited, func(ctx context.Context) error {
+		c, err := pgx.Connect(ctx, pgConnString(addr))
+		if err != nil {
+			return err
+		}
+		defer c.Close(context.Background())
+		_, err = c.Exec(ctx, statement)
+		return err
+	})
 }
 
 // pgTerminateHolder ends the session that holds lock's advisory lock, as an

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -48,23 +47,7 @@ func redisCommand(dir string, port int) (*exec.Cmd, error) {
 func redisReady(addr string, exited <-chan struct{}) error {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer rdb.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("redis-server exited")
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server not ready after 30s: %w", err)
-		}
-	}
+	return waitServing("redis-server", 30*time.Second, exited, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 }
 
 // freePort returns a port the kernel had free a moment ago.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -345,6 +346,28 @@ func (r *runner) serve(command func(port int) (*exec.Cmd, error), children bool,
 		r.server = p
 		r.mu.Unlock()
 		return addr, nil
+	}
+}
+
+// waitServing calls probe, each try bounded by a second, until it
+// succeeds, the server named name exits, or within has passed.
+func waitServing(name string, within time.Duration, exited <-chan struct{}, probe func(context.Context) error) error {
+	deadline := time.Now().Add(within)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := probe(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New(name + " exited")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v: %w", name, within, err)
+		}
 	}
 }
 

@@ -257,86 +257,54 @@ func TestReadRefuses(t *testing.T) {
 	}
 }
 
-// TestTerminatedSessionRaces: an operator's end of the session that holds
-// a lock erases it on the server as a deletion of its keys does, and only
-// that lock's.
-func TestTerminatedSessionRaces(t *testing.T) {
-	events := parse(t, `
+// TestErasureRaces feeds Check one overlap, a grant followed by the
+// holder's loss, beside different erasures: which of them explain it.
+//   - An operator's end of the session that holds a lock erases it on the
+//     server as a deletion of its keys does, and only that lock's.
+//   - An erasure takes effect somewhere in its call, from its send to its
+//     reply: a grant within RaceGrant of the reply races it, however long
+//     the call took.
+//   - A reset of the holder's connection frees a lock that lives in its
+//     session at once; where locks outlive the connection, a grant right
+//     after a reset is an overlap like any other.
+func TestErasureRaces(t *testing.T) {
+	// The grant 300 ms in, the holder's loss 9 ms later.
+	soon := `
 		1 lease-1 acquire ok 1
 		50 lease-2 acquire invoke
 		300000000 lease-2 acquire ok 2
-		301000000 lease-1 lost`)
-	for _, tc := range []struct {
-		target string
-		want   Counts
-	}{
-		{"a", Counts{Overlaps: 1, Raced: 1, Handovers: 1, LossEvents: 1}},
-		{"b", Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}},
-	} {
-		fault := []Fault{{Kind: TerminateSession, Target: tc.target, StartNS: 299000000, EndNS: 299000000}}
-		res, err := Check(events, fault, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(tc.want, res.Sides["lease"]); diff != "" {
-			t.Errorf("the session of lock %s ended: counts (-want +got):\n%s", tc.target, diff)
-		}
-	}
-}
-
-// TestErasureWindow: an erasure takes effect somewhere in its call, from
-// its send to its reply: a grant within RaceGrant of the reply races it,
-// however long the call took.
-func TestErasureWindow(t *testing.T) {
-	events := parse(t, `
+		309000000 lease-1 lost`
+	// The grant 1.8 s in, the holder's loss 1 ms later.
+	late := `
 		1 lease-1 acquire ok 1
 		50 lease-2 acquire invoke
 		1800000000 lease-2 acquire ok 2
-		1801000000 lease-1 lost`)
+		1801000000 lease-1 lost`
+	raced := Counts{Overlaps: 1, Raced: 1, Handovers: 1, LossEvents: 1}
+	overlap := Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}
 	for _, tc := range []struct {
-		start, end int64
-		want       Counts
-	}{
-		{100000000, 900000000, Counts{Overlaps: 1, Raced: 1, Handovers: 1, LossEvents: 1}},
-		{100000000, 700000000, Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}},
-	} {
-		fault := []Fault{{Kind: DeleteLockKeys, Target: "a", StartNS: tc.start, EndNS: tc.end}}
-		res, err := Check(events, fault, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(tc.want, res.Sides["lease"]); diff != "" {
-			t.Errorf("a deletion sent at %d, answered at %d: counts (-want +got):\n%s", tc.start, tc.end, diff)
-		}
-	}
-}
-
-// TestResetRacesSessionLocks: a reset of the holder's connection frees a
-// lock that lives in its session at once, a race like an operator's end
-// of the session; where locks outlive the connection, a grant right after
-// a reset is an overlap like any other.
-func TestResetRacesSessionLocks(t *testing.T) {
-	events := parse(t, `
-		1 lease-1 acquire ok 1
-		50 lease-2 acquire invoke
-		300000000 lease-2 acquire ok 2
-		309000000 lease-1 lost`)
-	for _, tc := range []struct {
+		name         string
+		text         string
+		fault        Fault
 		sessionLocks bool
-		target       string
 		want         Counts
 	}{
-		{true, "lease-1", Counts{Overlaps: 1, Raced: 1, Handovers: 1, LossEvents: 1}},
-		{true, "lease-3", Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}},
-		{false, "lease-1", Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}},
+		{"the session of the lock ended", soon, Fault{Kind: TerminateSession, Target: "a", StartNS: 299000000, EndNS: 299000000}, false, raced},
+		{"the session of another lock ended", soon, Fault{Kind: TerminateSession, Target: "b", StartNS: 299000000, EndNS: 299000000}, false, overlap},
+		{"a deletion answered 0.9 s before the grant", late, Fault{Kind: DeleteLockKeys, Target: "a", StartNS: 100000000, EndNS: 900000000}, false, raced},
+		{"a deletion answered 1.1 s before the grant", late, Fault{Kind: DeleteLockKeys, Target: "a", StartNS: 100000000, EndNS: 700000000}, false, overlap},
+		{"the holder's connections reset, locks in sessions", soon, Fault{Kind: CutHolder, Target: "lease-1", StartNS: 291000000, EndNS: 900000000}, true, raced},
+		{"another process's connections reset", soon, Fault{Kind: CutHolder, Target: "lease-3", StartNS: 291000000, EndNS: 900000000}, true, overlap},
+		{"the holder's connections reset, locks outlive them", soon, Fault{Kind: CutHolder, Target: "lease-1", StartNS: 291000000, EndNS: 900000000}, false, overlap},
 	} {
-		fault := []Fault{{Kind: CutHolder, Target: tc.target, StartNS: 291000000, EndNS: 900000000}}
-		res, err := Check(events, fault, Options{SessionLocks: tc.sessionLocks})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(tc.want, res.Sides["lease"]); diff != "" {
-			t.Errorf("session locks %v, %s's connections reset: counts (-want +got):\n%s", tc.sessionLocks, tc.target, diff)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Check(parse(t, tc.text), []Fault{tc.fault}, Options{SessionLocks: tc.sessionLocks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, res.Sides["lease"]); diff != "" {
+				t.Errorf("counts (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
