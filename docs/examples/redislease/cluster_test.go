@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,11 +62,22 @@ var clusterTrials = flag.Int("cluster.trials", 1, "trials of each slot move of T
 
 // TestClusterWaiterFollowsTheSlot: a Lock waiting on a Cluster while the
 // key's slot moves to another primary, by a migration or by a failover to
-// the replica, is granted as soon as the holder, which keeps its lease
-// across the move, calls Unlock: it tracks the key on the slot's new
-// primary, not on the old one. Within 100 ms of the Unlock, in each trial.
+// the replica, is woken by the release when the holder, which keeps its
+// lease across the move, calls Unlock: it tracks the key on the slot's new
+// primary, not on the old one.
+//
+// The waiter hears of a migration from the key's move itself, and of a
+// failover from the holder's first renewal on the new primary, which the
+// old one, now its replica, pushes to it: the holder renews every second,
+// and calls Unlock three renewal periods after the move. The TTL and the
+// waiter's retry period are 10 s, so a waiter that slept until either
+// would be granted seconds after the Unlock: it sleeps 9 s at least from
+// its last try, and one that does not follow the slot tries last at the
+// move or before it. A woken one is granted in milliseconds, which the
+// test logs, and must be within 2 s, whatever the machine's load.
 func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 	c := redistest.StartCluster(t)
+	slow := redislease.Config{TTL: 10 * time.Second, RenewPeriod: time.Second, RetryPeriod: 10 * time.Second}
 	moves := []struct {
 		name string
 		move func(t *testing.T, key string)
@@ -75,15 +87,15 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 	}
 	for _, m := range moves {
 		t.Run(m.name, func(t *testing.T) {
-			var worst time.Duration
+			var waits []time.Duration
 			var lost int
 			for range *clusterTrials {
 				key := keyName(t)
-				a := mustLock(t, short, c.Client(t), key)
-				b := lockAsync(t.Context(), short, c.Client(t), key)
+				a := mustLock(t, slow, c.Client(t), key)
+				b := lockAsync(t.Context(), slow, c.Client(t), key)
 				time.Sleep(100 * time.Millisecond) // B waits
 				m.move(t, key)
-				time.Sleep(short.TTL) // renewals and B's retries after the move
+				time.Sleep(3 * slow.RenewPeriod) // A renews on the new primary, which B hears of
 				if err := a.Signal().Err(); err != nil {
 					// A failover pauses the primary's writes until the
 					// replica caught up, which on a loaded machine may
@@ -109,16 +121,20 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 						t.Fatal(g.err)
 					}
 					took := g.at.Sub(start)
-					worst = max(worst, took)
-					if took > 100*time.Millisecond {
-						t.Errorf("B granted %v after A's Unlock, want at most 100 ms", took)
+					waits = append(waits, took)
+					if took >= 2*time.Second {
+						t.Errorf("B granted %v after A's Unlock after the %s: it was not woken by the release", took, m.name)
 					}
 					g.l.Unlock(context.Background())
 				case <-time.After(10 * time.Second):
 					t.Fatalf("B not granted within 10 s of A's Unlock after the %s", m.name)
 				}
 			}
-			t.Logf("%d trials: B granted at most %v after A's Unlock; A lost at its deadline across the %s in %d", *clusterTrials, worst, m.name, lost)
+			if len(waits) > 0 {
+				slices.Sort(waits)
+				t.Logf("A's Unlock → B granted: median %v, max %v over %d hand-overs after the %s", waits[len(waits)/2], waits[len(waits)-1], len(waits), m.name)
+			}
+			t.Logf("%d trials: A lost at its deadline across the %s in %d", *clusterTrials, m.name, lost)
 			if *clusterTrials >= 3 && lost > *clusterTrials/2 {
 				t.Errorf("A lost across %d of %d %ss", lost, *clusterTrials, m.name)
 			}
