@@ -12,12 +12,13 @@ LOCKSET_DIR := internal/lockset
 ISSUER  ?= etcd
 SECONDS ?= 60
 SEED    ?= 1
+MIX     ?= all
 SEEDS   ?= 10
 LOCKS   ?= 3
 PARALLEL ?= false
 HISTORY ?=
 
-.PHONY: test-lockset lint-lockset lockset lockset-all lockset-smoke lockcheck lockset-kube
+.PHONY: test-lockset lint-lockset lockset lockset-all lockset-smoke lockcheck lockset-kube faketime-deps e2e-fakeclock
 
 LOCKSET_BIN = $(or $(TMPDIR),/tmp)/lockset-bin
 
@@ -26,7 +27,8 @@ LOCKSET_BIN = $(or $(TMPDIR),/tmp)/lockset-bin
 # Kubernetes's server is lockset-kube, a command of the k8slease module
 # (etcd and kube-apiserver, by its internal package kubetest), built here.
 LOCKSET_KUBE = $(or $(TMPDIR),/tmp)/lockset-kube
-LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube)
+# Redis's clock mix runs its server under libfaketime (faketime-deps).
+LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube) $(if $(filter clock,$(MIX)),faketime-deps)
 LOCKSET_ENV  = REDIS_SERVER=$(REDIS_SERVER) PGBIN=$(PG_BIN) $(MYSQL_ENV) LOCKSET_KUBE=$(LOCKSET_KUBE)
 
 TEST_STEPS += test-lockset
@@ -41,19 +43,22 @@ lint-lockset:
 	cd $(LOCKSET_DIR) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 ## lockset: one lock-set run of ISSUER (etcd, redis, pg, mysql or k8s) for
-## SECONDS (60) with the fault schedule of SEED (1), the peer's clients
-## beside the issuer's; prints the run's folder and each side's counts, and
-## fails on an overlap, an unsafe write or a stale write accepted.
+## SECONDS (60) with the fault schedule of SEED (1) and the faults of MIX
+## (all; network, server, process, operator; Redis's clock), the peer's
+## clients beside the issuer's; prints the run's folder and each side's
+## counts, and fails on an overlap, an unsafe write or a stale write
+## accepted that nothing excuses.
 lockset: $(call LOCKSET_DEPS,$(ISSUER))
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
-		$(LOCKSET_ENV) $(LOCKSET_BIN) run -issuer $(ISSUER) -seconds $(SECONDS) -seed $(SEED)
+		$(LOCKSET_ENV) $(LOCKSET_BIN) run -issuer $(ISSUER) -seconds $(SECONDS) -seed $(SEED) -mix $(MIX)
 
 ## lockset-all: for every issuer, SEEDS runs (10) of SECONDS each, seed n
-## with the fault mix n-1 modulo (all, network, server, process, operator),
-## LOCKS locks a side (3); PARALLEL=true runs the issuers at once; writes
-## the table into docs/lockset.md; fails if a run of the lease has a
-## violation. SECONDS=600 SEEDS=10 takes 100 minutes an issuer.
-lockset-all: redis-deps pg-deps mysql-deps lockset-kube
+## with the fault mix n-1 modulo the issuer's (all, network, server,
+## process, operator; Redis's clock after them), LOCKS locks a side (3);
+## PARALLEL=true runs the issuers at once; writes the table into
+## docs/lockset.md; fails if a run of the lease has a violation.
+## SECONDS=600 SEEDS=10 takes 100 minutes an issuer.
+lockset-all: redis-deps pg-deps mysql-deps lockset-kube faketime-deps
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds $(SECONDS) -seeds $(SEEDS) -locks $(LOCKS) -parallel=$(PARALLEL) -doc $(CURDIR)/docs/lockset.md
 
@@ -70,6 +75,32 @@ lockset-smoke: redis-deps pg-deps mysql-deps lockset-kube
 lockcheck:
 	@test -n "$(HISTORY)" || { echo "lockcheck: set HISTORY, as in make lockcheck HISTORY=path/to/history.jsonl" >&2; exit 2; }
 	cd $(LOCKSET_DIR) && $(GO) run . check -history $(abspath $(HISTORY))
+
+## faketime-deps: check for libfaketime and a C compiler, with which the
+## clock mix runs redis-server on a clock of its own (package fakeclock);
+## install the Debian packages libfaketime and gcc with apt-get for what is
+## missing if we are root, and fail naming the package otherwise.
+faketime-deps:
+	@missing=; \
+	ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || [ -n "$$FAKETIME_LIB" ] || missing="$$missing libfaketime"; \
+	command -v cc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing || exit 1; \
+	fi; \
+	if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 && [ -z "$$FAKETIME_LIB" ]; then \
+		echo "faketime-deps: libfaketime.so.1 not found: install the Debian package libfaketime (apt-get install libfaketime), or set FAKETIME_LIB to its path" >&2; \
+		exit 1; \
+	fi; \
+	if ! command -v cc >/dev/null 2>&1; then \
+		echo "faketime-deps: cc not found: install the Debian package gcc (apt-get install gcc)" >&2; \
+		exit 1; \
+	fi
+
+## e2e-fakeclock: the clock of the clock mix, on a real redis-server: its
+## rate, its continuity across changes and a restart, a key's expiry.
+E2E_STEPS += e2e-fakeclock
+e2e-fakeclock: redis-deps faketime-deps
+	cd $(LOCKSET_DIR) && $(GO) vet ./fakeclock/ && REDIS_SERVER=$(REDIS_SERVER) $(GO) test -race -count=1 ./fakeclock/
 
 # lockset-kube builds the Kubernetes server of the runs, after
 # kube-apiserver (k8s-apiserver: from the cache, or built into it).

@@ -55,7 +55,14 @@ type Counts struct {
 	// (etcd's recipe, shared with concurrency.Mutex, frees a deleted key at
 	// once; a Redis server restarted empty has forgotten every claim); they
 	// are not counted as violations.
-	Raced      int `json:"raced"`
+	Raced int `json:"raced"`
+	// Clock is how many of the overlaps and unsafe writes came while the
+	// server's wall clock ran faster than the issuer's margin allows (a
+	// clock-rate fault above Options.ClockRate, within a TTL before the
+	// later grant): the server expired the earlier holder's key early, and
+	// only the fencing token protects the resource then (the issuer's
+	// README states the rule).
+	Clock      int `json:"clock"`
 	LossEvents int `json:"loss_events"`
 	Handovers  int `json:"handovers"`
 	Writes     int `json:"writes"`
@@ -69,16 +76,17 @@ func (c *Counts) Add(o Counts) {
 	c.FalseLosses += o.FalseLosses
 	c.StoppedHolder += o.StoppedHolder
 	c.Raced += o.Raced
+	c.Clock += o.Clock
 	c.LossEvents += o.LossEvents
 	c.Handovers += o.Handovers
 	c.Writes += o.Writes
 }
 
 // Violations is the sum of the counts that must be zero: the overlaps and
-// unsafe writes not explained by a stopped holder, and the stale writes
-// accepted.
+// unsafe writes not explained by a stopped holder, an erasure's race or a
+// server's clock beyond the margin, and the stale writes accepted.
 func (c Counts) Violations() int {
-	return c.Overlaps + c.UnsafeWrites - c.StoppedHolder - c.Raced + c.StaleWritesAccepted
+	return c.Overlaps + c.UnsafeWrites - c.StoppedHolder - c.Raced - c.Clock + c.StaleWritesAccepted
 }
 
 // A Fault is a window in which the harness made a fault, on the history's
@@ -89,6 +97,9 @@ type Fault struct {
 	EndNS   int64  `json:"end_ns"`
 	// Target is the process a fault aimed at, if it aimed at one.
 	Target string `json:"target,omitempty"`
+	// Rate is, for a clock-rate fault, the rate the server's wall clock
+	// ran at during it, as measured by reading it.
+	Rate float64 `json:"rate,omitempty"`
 }
 
 // Options tune a check.
@@ -110,6 +121,13 @@ type Options struct {
 	// erasure as an operator's end of the session is. Elsewhere a reset
 	// frees nothing, and a grant that follows it is no race.
 	SessionLocks bool
+	// ClockRate is the fastest rate of the server's wall clock that the
+	// issuer's deadline allows for (1 + margin/TTL); TTL is how long the
+	// keys live. Overlaps and unsafe writes with a clock-rate fault faster
+	// than ClockRate within TTL before the later grant are counted in
+	// Counts.Clock. Zero: none are.
+	ClockRate float64
+	TTL       time.Duration
 }
 
 // A Finding is one violation, described for a person.
@@ -129,7 +147,8 @@ type Result struct {
 	// illegal, or unknown when the search ran out of time.
 	Linearizable map[string]porcupine.CheckResult
 	// Excused lists the locks porcupine finds illegal only because of
-	// overlaps with a stopped holder (see Counts.StoppedHolder).
+	// overlaps excused: with a stopped holder, an erasure's race, or a
+	// server's clock beyond the margin (see Counts).
 	Excused map[string]bool
 	HTML    []string // the views written
 }
@@ -255,6 +274,10 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 					excused++
 					add(b.p, func(c *Counts) { c.Raced++ })
 					kind = "overlap, an erasure's race"
+				} else if fastClock(faults, o, b.start) {
+					excused++
+					add(b.p, func(c *Counts) { c.Clock++ })
+					kind = "overlap, the server's clock beyond the margin"
 				}
 				res.Findings = append(res.Findings, Finding{lock, kind,
 					fmt.Sprintf("%s acquired at %d (token %d) while %s held it since %d (token %d), %s", b.p, b.start, b.token, a.p, a.start, a.token, endText(a, b))})
@@ -282,6 +305,9 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 				} else if deletionRace(faults, lock, w.P, o.SessionLocks, h.start, mine.end) && w.T <= mine.end {
 					add(w.P, func(c *Counts) { c.Raced++ })
 					kind = "unsafe write, an erasure's race"
+				} else if fastClock(faults, o, h.start) {
+					add(w.P, func(c *Counts) { c.Clock++ })
+					kind = "unsafe write, the server's clock beyond the margin"
 				}
 				res.Findings = append(res.Findings, Finding{lock, kind,
 					fmt.Sprintf("%s's write with token %d applied at %d, while %s held the lock since %d (token %d)", w.P, w.Token, w.T, h.p, h.start, h.token)})
@@ -389,6 +415,25 @@ func deletionRace(faults []Fault, lock, holder string, sessionLocks bool, grant,
 			from, to = f.EndNS, f.EndNS
 		}
 		if from >= 0 && from <= grant && grant-to <= int64(RaceGrant) && loss-grant <= int64(RaceLoss) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClockRate is the kind of the fault that runs the server's wall clock at
+// another rate; its Rate is the rate measured.
+const ClockRate = "clock-rate"
+
+// fastClock reports whether a grant at grant came within o.TTL of a
+// clock-rate fault faster than o.ClockRate: a key written in that time
+// may have expired early by the server's clock.
+func fastClock(faults []Fault, o Options, grant int64) bool {
+	if o.ClockRate <= 0 {
+		return false
+	}
+	for _, f := range faults {
+		if f.Kind == ClockRate && f.Rate > o.ClockRate && f.StartNS <= grant && grant-f.EndNS <= int64(o.TTL) {
 			return true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/google/go-cmp/cmp"
@@ -304,6 +305,47 @@ func TestErasureRaces(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, res.Sides["lease"]); diff != "" {
 				t.Errorf("counts (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFastClock: an overlap while the server's clock ran beyond the margin
+// is the clock's; within the margin, or a TTL after the fault, it is an
+// overlap.
+func TestFastClock(t *testing.T) {
+	text := `
+		1 lease-1 acquire ok 1
+		50 lease-2 acquire invoke
+		3000000000 lease-2 acquire ok 2
+		3001000000 lease-1 lost`
+	clock := Counts{Overlaps: 1, Clock: 1, Handovers: 1, LossEvents: 1}
+	overlap := Counts{Overlaps: 1, Handovers: 1, LossEvents: 1}
+	o := Options{ClockRate: 1.1, TTL: 2 * time.Second}
+	for _, tc := range []struct {
+		name  string
+		fault Fault
+		o     Options
+		want  Counts
+	}{
+		{"rate 2 until the grant", Fault{Kind: ClockRate, StartNS: 2000000000, EndNS: 3000000000, Rate: 2}, o, clock},
+		{"rate 2 ended 1.9 s before the grant", Fault{Kind: ClockRate, StartNS: 100000000, EndNS: 1100000000, Rate: 2}, o, clock},
+		{"rate 2 ended 2.1 s before the grant", Fault{Kind: ClockRate, StartNS: 100000000, EndNS: 900000000, Rate: 2}, o, overlap},
+		{"rate 2 from after the grant", Fault{Kind: ClockRate, StartNS: 3000500000, EndNS: 4000000000, Rate: 2}, o, overlap},
+		{"rate 1.05, within the margin", Fault{Kind: ClockRate, StartNS: 2000000000, EndNS: 3000000000, Rate: 1.05}, o, overlap},
+		{"rate 0.5", Fault{Kind: ClockRate, StartNS: 2000000000, EndNS: 3000000000, Rate: 0.5}, o, overlap},
+		{"no margin given", Fault{Kind: ClockRate, StartNS: 2000000000, EndNS: 3000000000, Rate: 2}, Options{}, overlap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Check(parse(t, text), []Fault{tc.fault}, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, res.Sides["lease"]); diff != "" {
+				t.Errorf("counts (-want +got):\n%s", diff)
+			}
+			if got := res.Sides["lease"].Violations(); got != tc.want.Overlaps-tc.want.Clock {
+				t.Errorf("Violations() = %d, want %d", got, tc.want.Overlaps-tc.want.Clock)
 			}
 		})
 	}
