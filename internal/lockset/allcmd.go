@@ -31,10 +31,11 @@ func allMain(args []string) error {
 	fs := flag.NewFlagSet("all", flag.ExitOnError)
 	c.flags(fs)
 	seeds := fs.Int("seeds", 10, "runs per issuer, seeds 1 to seeds, the fault mixes in turn")
+	mixList := fs.String("mixes", "", "the fault mixes, separated by commas (default: every mix of each issuer; an issuer without the mixes named makes no run)")
 	list := fs.String("issuers", strings.Join(issuers, ","), "the issuers, separated by commas")
 	doc := fs.String("doc", "", "a document to write the table into, between its markers")
 	parallel := fs.Bool("parallel", false, "run the issuers at once, each its runs in turn")
-	again := fs.Bool("again", false, "run nothing: check again the runs in -out, made by an earlier lockset all with the same -seeds, and write their table")
+	again := fs.Bool("again", false, "run nothing: check again every run in -out of the issuers and mixes named, made by earlier lockset all or run, and write their table")
 	fs.Parse(args)
 	root := c.dir
 	if *again && root == "" {
@@ -71,43 +72,71 @@ func allMain(args []string) error {
 	)
 	names := strings.Split(*list, ",")
 	var failed error
+	// one runs (or, with -again, checks again) the run of rc in its folder,
+	// and reports whether it could.
+	one := func(rc runConfig) bool {
+		var (
+			res check.Result
+			sum summary
+			err error
+		)
+		if *again {
+			res, sum, err = checkAgain(rc.dir)
+			rc.seconds, rc.mix, rc.seed = sum.Seconds, sum.Mix, sum.Seed
+		} else {
+			res, sum, err = run(rc)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			failed = errors.Join(failed, fmt.Errorf("%s seed %d: %w", rc.issuer, rc.seed, err))
+			return false
+		}
+		fmt.Printf("lockset: %s %s seed %d:\n", rc.issuer, rc.mix, rc.seed)
+		if err := report(res, "lease"); err != nil {
+			violations++
+		}
+		r := find(rc.issuer, rc.mix)
+		r.runs++
+		r.seconds += rc.seconds
+		r.lease.Add(sum.Lease)
+		r.peer.Add(sum.Peer)
+		for lock, v := range res.Linearizable {
+			if check.Side(lock) == "lease" && v == "Illegal" && !res.Excused[lock] {
+				r.illegal++
+			}
+		}
+		return true
+	}
 	runIssuer := func(issuer string) {
-		for seed := 1; seed <= *seeds; seed++ {
-			rc := c
-			rc.issuer, rc.seed, rc.mix = issuer, int64(seed), mixes[(seed-1)%len(mixes)]
-			rc.dir = filepath.Join(root, fmt.Sprintf("%s-%s-seed%d", issuer, rc.mix, seed))
-			var (
-				res check.Result
-				sum summary
-				err error
-			)
-			if *again {
-				res, sum, err = checkAgain(rc.dir)
-				rc.seconds = sum.Seconds
-			} else {
-				res, sum, err = run(rc)
-			}
-			mu.Lock()
-			if err != nil {
-				failed = errors.Join(failed, fmt.Errorf("%s seed %d: %w", issuer, seed, err))
-				mu.Unlock()
-				return
-			}
-			fmt.Printf("lockset: %s seed %d:\n", issuer, seed)
-			if err := report(res, "lease"); err != nil {
-				violations++
-			}
-			r := find(issuer, rc.mix)
-			r.runs++
-			r.seconds += rc.seconds
-			r.lease.Add(sum.Lease)
-			r.peer.Add(sum.Peer)
-			for lock, v := range res.Linearizable {
-				if check.Side(lock) == "lease" && v == "Illegal" && !res.Excused[lock] {
-					r.illegal++
+		ms := mixesOf(issuer)
+		if *mixList != "" {
+			ms = slices.DeleteFunc(strings.Split(*mixList, ","), func(m string) bool { return !slices.Contains(ms, m) })
+		}
+		if len(ms) == 0 {
+			return
+		}
+		if *again {
+			// Every run of the issuer in the folder, whatever its seed.
+			dirs, _ := filepath.Glob(filepath.Join(root, issuer+"-*-seed*"))
+			for _, dir := range dirs {
+				for _, m := range ms {
+					if strings.HasPrefix(filepath.Base(dir), issuer+"-"+m+"-seed") {
+						rc := c
+						rc.issuer, rc.dir = issuer, dir
+						one(rc)
+					}
 				}
 			}
-			mu.Unlock()
+			return
+		}
+		for seed := 1; seed <= *seeds; seed++ {
+			rc := c
+			rc.issuer, rc.seed, rc.mix = issuer, int64(seed), ms[(seed-1)%len(ms)]
+			rc.dir = filepath.Join(root, fmt.Sprintf("%s-%s-seed%d", issuer, rc.mix, seed))
+			if !one(rc) {
+				return
+			}
 		}
 	}
 	for _, issuer := range names {
@@ -130,7 +159,7 @@ func allMain(args []string) error {
 		if c := cmp.Compare(slices.Index(names, a.issuer), slices.Index(names, b.issuer)); c != 0 {
 			return c
 		}
-		return cmp.Compare(slices.Index(mixes, a.mix), slices.Index(mixes, b.mix))
+		return cmp.Compare(slices.Index(mixesOf(a.issuer), a.mix), slices.Index(mixesOf(b.issuer), b.mix))
 	})
 	var t bytes.Buffer
 	fmt.Fprintf(&t, "%s\n\n", tableBegin)
@@ -140,7 +169,7 @@ func allMain(args []string) error {
 	}
 	took := fmt.Sprintf("%v in all", time.Since(started).Round(time.Minute))
 	if *again {
-		took = "checked again (`lockset all -again`)"
+		took = "checked again (`lockset all -again`: every run in the folder)"
 	}
 	fmt.Fprintf(&t, "`make lockset-all SECONDS=%d SEEDS=%d LOCKS=%d PARALLEL=%v`, %s, %d contenders on each of %d locks a side, TTL %v, %s; %s.\n",
 		c.seconds, *seeds, c.locks, *parallel, time.Now().UTC().Format("2006-01-02"), c.perLock, c.locks, c.ttl, how, took)
@@ -195,7 +224,7 @@ func checkAgain(dir string) (check.Result, summary, error) {
 	if err := json.Unmarshal(b, &sum); err != nil {
 		return check.Result{}, sum, fmt.Errorf("%s: %w", dir, err)
 	}
-	res, err := checkFile(filepath.Join(dir, "history.jsonl"), sum.Faults, time.Duration(sum.LossWindowNS), sessionLocks(sum.Issuer))
+	res, err := checkFile(filepath.Join(dir, "history.jsonl"), sum.Faults, checkOptions(sum.Issuer, time.Duration(sum.LossWindowNS), sum.ttl()))
 	if err != nil {
 		return res, sum, err
 	}

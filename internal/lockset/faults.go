@@ -17,6 +17,7 @@ import (
 
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/internal/lockset/check"
+	"github.com/zukhruf/lease/internal/lockset/fakeclock"
 	"github.com/zukhruf/lease/internal/lockset/history"
 )
 
@@ -35,18 +36,41 @@ var faultMixes = map[string][]string{
 	// An operator deletes the keys of a lock (for the databases: ends the
 	// session that holds it).
 	"operator": {check.DeleteLockKeys},
+	// Redis's only: the server's wall clock, by which it expires keys, run
+	// slow, fast within the lease's margin, or fast beyond it; half the
+	// faults, the other half a holder's renewals slowed or lost, which a
+	// fast clock turns into an early expiry.
+	"clock": {check.ClockRate, check.ClockRate, "slow-holder", "drop-to-server"},
 }
+
+// clockRates are the rates of a clock-rate fault: slow, within the margin
+// of redislease's default (TTL/10: 1.1), and beyond it.
+var clockRates = []float64{0.5, 1.05, 1.5, 2, 4}
 
 // holderKinds are the kinds of fault made to a holder, its process or its
 // link; a fault of another kind is made once, to the server or to a lock.
 var holderKinds = map[string]bool{"pause-holder": true, check.CutHolder: true, "drop-to-server": true, "drop-to-client": true, "slow-holder": true}
 
-// mixes lists the mixes in the order lockset-all runs them; all is every
-// kind.
+// mixes lists the mixes of every issuer in the order lockset-all runs
+// them; all is every kind of the others.
 var mixes = []string{"all", "network", "server", "process", "operator"}
+
+// mixesOf returns the mixes of issuer: Redis's runs have the clock mix
+// too, apart from all, since an overlap where the clock runs beyond the
+// margin is no violation, and its server runs under libfaketime
+// (package fakeclock).
+func mixesOf(issuer string) []string {
+	if issuer == "redis" {
+		return append(slices.Clip(mixes), "clock")
+	}
+	return mixes
+}
 
 // faultKinds returns the kinds of mix for issuer.
 func faultKinds(issuer, mix string) ([]string, error) {
+	if !slices.Contains(mixesOf(issuer), mix) {
+		return nil, fmt.Errorf("%s has no fault mix %q (%s)", issuer, mix, strings.Join(mixesOf(issuer), ", "))
+	}
 	var kinds []string
 	if mix == "all" {
 		for _, m := range mixes[1:] {
@@ -87,6 +111,10 @@ func (r *runner) schedule(d time.Duration, kinds []string) {
 		time.Sleep(gap)
 		kind := kinds[r.rng.IntN(len(kinds))]
 		length := r.ttl/3 + time.Duration(r.rng.Int64N(int64(3*r.ttl-r.ttl/3)))
+		rate := 1.0
+		if kind == check.ClockRate {
+			rate = clockRates[r.rng.IntN(len(clockRates))]
+		}
 		targets := r.pickHolders()
 		if !holderKinds[kind] {
 			targets = targets[:1]
@@ -95,7 +123,7 @@ func (r *runner) schedule(d time.Duration, kinds []string) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r.fault(kind, length, target)
+				r.fault(kind, length, target, rate)
 			}()
 		}
 	}
@@ -146,10 +174,13 @@ func (r *runner) healOnce(active *int, heal func()) func() {
 // serverKinds are the kinds of fault made to the server's process. They
 // are made one at a time: a second kill before the first restart would
 // start a second server beside it.
-var serverKinds = map[string]bool{"pause-server": true, "kill-server": true, check.KillServerWipe: true}
+// A change of the clock's rate is made to the server's process too: a
+// restart during one would count the rate from the new process's start.
+var serverKinds = map[string]bool{"pause-server": true, "kill-server": true, check.KillServerWipe: true, check.ClockRate: true}
 
-// fault makes one fault for length and records its window.
-func (r *runner) fault(kind string, length time.Duration, c *contender) {
+// fault makes one fault for length and records its window; rate is a
+// clock-rate fault's.
+func (r *runner) fault(kind string, length time.Duration, c *contender, rate float64) {
 	if serverKinds[kind] {
 		r.serverFaults.Lock()
 		defer r.serverFaults.Unlock()
@@ -200,6 +231,23 @@ func (r *runner) fault(kind string, length time.Duration, c *contender) {
 				fmt.Println("lockset: restart the server:", err)
 			}
 		}
+	case check.ClockRate:
+		read, closeRead := r.redisClock()
+		if _, _, err := r.clock.SetRate(rate, read); err != nil {
+			fmt.Println("lockset: clock-rate:", err)
+		}
+		first, err := read()
+		heal = func() {
+			// The rate measured, from the first reading to the last
+			// (their middles); the one set if a reading failed.
+			if last, err2 := read(); err == nil && err2 == nil {
+				rate = float64(last.Shows.Sub(first.Shows)) / float64(middle(last).Sub(middle(first)))
+			}
+			if _, _, err := r.clock.SetRate(1, read); err != nil {
+				fmt.Println("lockset: clock-rate:", err)
+			}
+			closeRead()
+		}
 	case check.DeleteLockKeys, check.TerminateSession:
 		// The window is the call's: from just before the deletion's or
 		// the session's end is sent to its reply. One that erased
@@ -228,6 +276,8 @@ func (r *runner) fault(kind string, length time.Duration, c *contender) {
 		f.Target = c.proc.name
 	case kind == check.DeleteLockKeys, kind == check.TerminateSession:
 		f.Target = c.lock
+	case kind == check.ClockRate:
+		f.Rate = rate
 	}
 	r.faults = append(r.faults, f)
 	r.mu.Unlock()
@@ -271,3 +321,6 @@ func (r *runner) eraseLock(lock string) (int64, bool) {
 	resp, err := cli.Delete(ctx, "/lockset/"+lock+"/", clientv3.WithPrefix())
 	return at, err == nil && resp.Deleted > 0
 }
+
+// middle returns the true time halfway through a reading's call.
+func middle(r fakeclock.Reading) time.Time { return r.Sent.Add(r.Answered.Sub(r.Sent) / 2) }

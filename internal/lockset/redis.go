@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zukhruf/lease/docs/examples/redislease"
+	"github.com/zukhruf/lease/internal/lockset/fakeclock"
 )
 
 // redisServerBin is Debian's redis-server; REDIS_SERVER overrides it.
@@ -48,6 +49,19 @@ func redisReady(addr string, exited <-chan struct{}) error {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer rdb.Close()
 	return waitServing("redis-server", 30*time.Second, exited, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
+}
+
+// redisClock returns a reader of the Redis server's clock (TIME), on a
+// connection of its own, outside the faults, and its close.
+func (r *runner) redisClock() (fakeclock.Reader, func() error) {
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.serverPort), DialTimeout: r.ttl, MaxRetries: -1})
+	return func() (fakeclock.Reading, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), r.ttl)
+		defer cancel()
+		sent := time.Now()
+		shows, err := rdb.Time(ctx).Result()
+		return fakeclock.Reading{Shows: shows, Sent: sent, Answered: time.Now()}, err
+	}, rdb.Close
 }
 
 // freePort returns a port the kernel had free a moment ago.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/internal/lockset/check"
+	"github.com/zukhruf/lease/internal/lockset/fakeclock"
 	"github.com/zukhruf/lease/internal/lockset/history"
 )
 
@@ -134,7 +136,8 @@ type runner struct {
 	serverPort int    // the server's client port, set at the first start, before any fault, and kept across restarts
 	serverDir  string // the server's files that are not in dir: PostgreSQL's data, MariaDB's socket
 
-	serverFaults sync.Mutex // held while a fault is made to the server's process
+	serverFaults sync.Mutex       // held while a fault is made to the server's process
+	clock        *fakeclock.Clock // the server's wall clock, in a run with clock-rate faults
 
 	mu      sync.Mutex
 	server  *proc
@@ -172,7 +175,7 @@ func (c *runConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.perLock, "clients", 5, "contenders per lock")
 	fs.IntVar(&c.locks, "locks", 3, "locks per side")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "the leases' TTL")
-	fs.StringVar(&c.mix, "mix", "all", "the fault mix: "+strings.Join(mixes, ", "))
+	fs.StringVar(&c.mix, "mix", "all", "the fault mix: "+strings.Join(mixes, ", ")+", or Redis's clock")
 }
 
 func runMain(args []string) error {
@@ -217,6 +220,16 @@ func run(c runConfig) (check.Result, summary, error) {
 	r := &runner{issuer: c.issuer, dir: dir, ttl: c.ttl, rng: rand.New(rand.NewPCG(uint64(c.seed), 0x10c5e7)),
 		out: history.NewWriter(hf), self: self, holders: map[string]string{}}
 
+	if slices.Contains(kinds, check.ClockRate) {
+		clockDir := filepath.Join(dir, "clock")
+		if err := os.MkdirAll(clockDir, 0o755); err != nil {
+			return res, sum, err
+		}
+		defer os.RemoveAll(clockDir)
+		if r.clock, err = fakeclock.New(clockDir); err != nil {
+			return res, sum, err
+		}
+	}
 	endpoint, err := r.startServer()
 	if err != nil {
 		return res, sum, err
@@ -268,12 +281,12 @@ func run(c runConfig) (check.Result, summary, error) {
 	hf.Sync()
 	window := 4 * r.ttl
 
-	res, err = checkFile(filepath.Join(dir, "history.jsonl"), r.faults, window, sessionLocks(c.issuer))
+	res, err = checkFile(filepath.Join(dir, "history.jsonl"), r.faults, checkOptions(c.issuer, window, r.ttl))
 	if err != nil {
 		return res, sum, err
 	}
 	sum = summary{Issuer: c.issuer, Mix: c.mix, Seed: c.seed, Seconds: c.seconds, Faults: r.faults,
-		Lease: res.Sides["lease"], Peer: res.Sides["peer"], LossWindowNS: int64(window)}
+		Lease: res.Sides["lease"], Peer: res.Sides["peer"], LossWindowNS: int64(window), TTLNS: int64(r.ttl)}
 	if sum.Faults == nil {
 		sum.Faults = []check.Fault{}
 	}
@@ -294,6 +307,10 @@ func (r *runner) startRedis() (string, error) {
 			return nil, err
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if r.clock != nil {
+			cmd.Env = append(os.Environ(), r.clock.Env()...)
+			r.clock.Starting()
+		}
 		return cmd, nil
 	}, false, func(addr string, exited <-chan struct{}) error { return redisReady(addr, exited) })
 }
