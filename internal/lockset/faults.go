@@ -188,6 +188,7 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 	start := history.Now()
 	heal := func() {}
 	erasedAt := int64(-1) // when an erasure's call returned
+	var rateError float64 // a clock-rate fault's measure's uncertainty
 	switch kind {
 	case check.PauseHolder:
 		c.proc.signal(syscall.SIGSTOP)
@@ -236,12 +237,12 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 		if _, _, err := r.clock.SetRate(rate, read); err != nil {
 			fmt.Println("lockset: clock-rate:", err)
 		}
-		first, err := read()
+		first, err := fakeclock.Best(read)
 		heal = func() {
-			// The rate measured, from the first reading to the last
-			// (their middles); the one set if a reading failed.
-			if last, err2 := read(); err == nil && err2 == nil {
-				rate = float64(last.Shows.Sub(first.Shows)) / float64(middle(last).Sub(middle(first)))
+			// The rate measured, from the first reading to the last, and
+			// its uncertainty; the one set if a reading failed.
+			if last, err2 := fakeclock.Best(read); err == nil && err2 == nil {
+				rate, rateError = fakeclock.Rate(first, last)
 			}
 			if _, _, err := r.clock.SetRate(1, read); err != nil {
 				fmt.Println("lockset: clock-rate:", err)
@@ -277,7 +278,7 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 	case kind == check.DeleteLockKeys, kind == check.TerminateSession:
 		f.Target = c.lock
 	case kind == check.ClockRate:
-		f.Rate = rate
+		f.Rate, f.RateError = rate, rateError
 	}
 	r.faults = append(r.faults, f)
 	r.mu.Unlock()
@@ -321,6 +322,3 @@ func (r *runner) eraseLock(lock string) (int64, bool) {
 	resp, err := cli.Delete(ctx, "/lockset/"+lock+"/", clientv3.WithPrefix())
 	return at, err == nil && resp.Deleted > 0
 }
-
-// middle returns the true time halfway through a reading's call.
-func middle(r fakeclock.Reading) time.Time { return r.Sent.Add(r.Answered.Sub(r.Sent) / 2) }

@@ -98,8 +98,10 @@ type Fault struct {
 	// Target is the process a fault aimed at, if it aimed at one.
 	Target string `json:"target,omitempty"`
 	// Rate is, for a clock-rate fault, the rate the server's wall clock
-	// ran at during it, as measured by reading it.
-	Rate float64 `json:"rate,omitempty"`
+	// ran at during it, as measured by reading it, and RateError how far
+	// the true rate may be from that measure.
+	Rate      float64 `json:"rate,omitempty"`
+	RateError float64 `json:"rate_error,omitempty"`
 }
 
 // Options tune a check.
@@ -426,14 +428,15 @@ func deletionRace(faults []Fault, lock, holder string, sessionLocks bool, grant,
 const ClockRate = "clock-rate"
 
 // fastClock reports whether a grant at grant came within o.TTL of a
-// clock-rate fault faster than o.ClockRate: a key written in that time
-// may have expired early by the server's clock.
+// clock-rate fault faster than o.ClockRate, with its measure's
+// uncertainty: a key written in that time may have expired early by the
+// server's clock.
 func fastClock(faults []Fault, o Options, grant int64) bool {
 	if o.ClockRate <= 0 {
 		return false
 	}
 	for _, f := range faults {
-		if f.Kind == ClockRate && f.Rate > o.ClockRate && f.StartNS <= grant && grant-f.EndNS <= int64(o.TTL) {
+		if f.Kind == ClockRate && f.Rate-f.RateError > o.ClockRate && f.StartNS <= grant && grant-f.EndNS <= int64(o.TTL) {
 			return true
 		}
 	}

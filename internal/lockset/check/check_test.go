@@ -332,6 +332,8 @@ func TestFastClock(t *testing.T) {
 		{"rate 2 ended 1.9 s before the grant", Fault{Kind: ClockRate, StartNS: 100000000, EndNS: 1100000000, Rate: 2}, o, clock},
 		{"rate 2 ended 2.1 s before the grant", Fault{Kind: ClockRate, StartNS: 100000000, EndNS: 900000000, Rate: 2}, o, overlap},
 		{"rate 2 from after the grant", Fault{Kind: ClockRate, StartNS: 3000500000, EndNS: 4000000000, Rate: 2}, o, overlap},
+		{"rate 1.2 measured within 0.15, maybe within the margin", Fault{Kind: ClockRate, StartNS: 2000000000, EndNS: 3000000000, Rate: 1.2, RateError: 0.15}, o, overlap},
+		{"rate 1.2 measured within 0.05", Fault{Kind: ClockRate, StartNS: 2000000000, EndNS: 3000000000, Rate: 1.2, RateError: 0.05}, o, clock},
 		{"rate 1.05, within the margin", Fault{Kind: ClockRate, StartNS: 2000000000, EndNS: 3000000000, Rate: 1.05}, o, overlap},
 		{"rate 0.5", Fault{Kind: ClockRate, StartNS: 2000000000, EndNS: 3000000000, Rate: 0.5}, o, overlap},
 		{"no margin given", Fault{Kind: ClockRate, StartNS: 2000000000, EndNS: 3000000000, Rate: 2}, Options{}, overlap},

@@ -158,23 +158,46 @@ func (c *Clock) SetRate(rate float64, read Reader) (off, uncertainty time.Durati
 	}
 }
 
-// measure reads the process's clock three times, and returns how far it
-// is off the line by the reading with the shortest round trip, and that
-// reading's uncertainty: the clock read at a true time within half the
-// round trip of its middle, when it ran at the rate.
+// measure reads the process's clock, and returns how far it is off the
+// line by the best of three readings (see Best), and that reading's
+// uncertainty: the clock read at a true time within half the round trip
+// of its middle, when it ran at the rate.
 func (c *Clock) measure(read Reader) (off, uncertainty time.Duration, err error) {
+	best, err := Best(read)
+	if err != nil {
+		return 0, 0, err
+	}
+	half := best.Answered.Sub(best.Sent) / 2
+	return best.Shows.Sub(c.shows(best.Sent.Add(half))), time.Duration(float64(half) * c.rate), nil
+}
+
+// Best reads the clock three times and returns the reading with the
+// shortest round trip: the one that places the time shown best.
+func Best(read Reader) (Reading, error) {
 	var best Reading
 	for i := range 3 {
 		r, err := read()
 		if err != nil {
-			return 0, 0, fmt.Errorf("fakeclock: read the clock: %w", err)
+			return r, fmt.Errorf("fakeclock: read the clock: %w", err)
 		}
 		if i == 0 || r.Answered.Sub(r.Sent) < best.Answered.Sub(best.Sent) {
 			best = r
 		}
 	}
-	half := best.Answered.Sub(best.Sent) / 2
-	return best.Shows.Sub(c.shows(best.Sent.Add(half))), time.Duration(float64(half) * c.rate), nil
+	return best, nil
+}
+
+// Rate returns the rate the clock ran at from reading a to reading b, by
+// the middles of their calls, and how far the true rate may be from it:
+// the true times of the readings are known to within their calls, and the
+// times shown to a microsecond.
+func Rate(a, b Reading) (rate, uncertainty float64) {
+	ran := float64(b.Shows.Sub(a.Shows))
+	middle := func(r Reading) time.Time { return r.Sent.Add(r.Answered.Sub(r.Sent) / 2) }
+	rate = ran / float64(middle(b).Sub(middle(a)))
+	slowest := (ran - 2e3) / float64(b.Answered.Sub(a.Sent))
+	fastest := (ran + 2e3) / float64(b.Sent.Sub(a.Answered))
+	return rate, max(rate-slowest, fastest-rate)
 }
 
 // offset returns the offset that puts libfaketime's line, counted from

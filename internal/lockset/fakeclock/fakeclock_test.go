@@ -3,6 +3,7 @@ package fakeclock
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -35,7 +36,10 @@ func TestRedisClockRuns(t *testing.T) {
 		usec, _ := strconv.ParseInt(reply[1], 10, 64)
 		return Reading{Shows: time.Unix(sec, usec*1000), Sent: sent, Answered: answered}, nil
 	}
-	// Each reading may be off by its uncertainty, and TIME's microsecond.
+	// A reading of the server's clock may be off the line by its
+	// uncertainty; the line itself, by what the last SetRate left: the
+	// gap it read, and that reading's uncertainty.
+	var settled time.Duration
 	setRate := func(rate float64) {
 		t.Helper()
 		off, uncertainty, err := c.SetRate(rate, read)
@@ -45,6 +49,7 @@ func TestRedisClockRuns(t *testing.T) {
 		if off.Abs() > uncertainty+time.Microsecond {
 			t.Fatalf("rate %v: the server's clock is %v off the Clock's once set, read within %v", rate, off, uncertainty)
 		}
+		settled = off.Abs() + uncertainty
 	}
 	// within wants the server's clock where the Clock says it is.
 	within := func(what string) time.Time {
@@ -53,8 +58,8 @@ func TestRedisClockRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if off.Abs() > uncertainty+time.Microsecond {
-			t.Fatalf("%s: the server's clock is %v off the Clock's, read within %v", what, off, uncertainty)
+		if off.Abs() > settled+uncertainty+time.Microsecond {
+			t.Fatalf("%s: the server's clock is %v off the Clock's, read within %v, set within %v", what, off, uncertainty, settled)
 		}
 		r, _ := read()
 		return r.Shows
@@ -62,20 +67,15 @@ func TestRedisClockRuns(t *testing.T) {
 	within("at rate 1")
 	for _, rate := range []float64{2, 0.5, 4, 1.05, 1} {
 		setRate(rate)
-		r0, _ := read()
+		r0, _ := Best(read)
 		time.Sleep(time.Second)
-		r1, _ := read()
-		// The true times of the readings are known to within their
-		// round trips, and the server's to a microsecond.
-		ran := float64(r1.Shows.Sub(r0.Shows))
-		fastest := (ran + 2e3) / float64(r1.Sent.Sub(r0.Answered))
-		slowest := (ran - 2e3) / float64(r1.Answered.Sub(r0.Sent))
-		if rate < slowest || rate > fastest {
-			t.Errorf("rate %v: the server's clock ran at %.4f to %.4f", rate, slowest, fastest)
+		r1, _ := Best(read)
+		got, uncertainty := Rate(r0, r1)
+		if math.Abs(got-rate) > uncertainty {
+			t.Errorf("rate %v: the server's clock ran at %.4f ± %.4f", rate, got, uncertainty)
 		}
-		got := ran / float64(r1.Sent.Add(r1.Answered.Sub(r1.Sent)/2).Sub(r0.Sent.Add(r0.Answered.Sub(r0.Sent)/2)))
 		within(fmt.Sprintf("at rate %v", rate))
-		t.Logf("rate %v: the server's clock ran at %.4f", rate, got)
+		t.Logf("rate %v: the server's clock ran at %.4f ± %.4f", rate, got, uncertainty)
 	}
 
 	// A restart goes on from the clock the killed server had.
@@ -89,19 +89,25 @@ func TestRedisClockRuns(t *testing.T) {
 		t.Fatalf("the clock went back across a restart: %v, then %v", before, after)
 	}
 
-	// A key expires by the server's clock: at rate 4, a key of 2 s is
-	// gone after 0.6 s.
-	setRate(4)
-	srv.do(t, "SET", "k", "v", "PX", "2000")
-	time.Sleep(600 * time.Millisecond)
-	if got := srv.do(t, "EXISTS", "k"); got[0] != "0" {
-		t.Errorf("a key of 2 s exists 0.6 s later at rate 4")
-	}
-	setRate(1)
-	srv.do(t, "SET", "k", "v", "PX", "2000")
-	time.Sleep(600 * time.Millisecond)
-	if got := srv.do(t, "EXISTS", "k"); got[0] != "1" {
-		t.Errorf("a key of 2 s is gone 0.6 s later at rate 1")
+	// A key expires by the server's clock: after a true time e, a key of
+	// 10 s has 10 s − 4e left at rate 4, and 10 s − e at rate 1, give or
+	// take the calls' times.
+	for _, rate := range []float64{4, 1} {
+		setRate(rate)
+		sent := time.Now()
+		srv.do(t, "SET", "k", "v", "PX", "10000")
+		answered := time.Now()
+		time.Sleep(500 * time.Millisecond)
+		sent2 := time.Now()
+		reply := srv.do(t, "PTTL", "k")
+		answered2 := time.Now()
+		left, _ := strconv.ParseInt(reply[0], 10, 64)
+		most := 10000 - rate*float64(sent2.Sub(answered))/1e6 + 1
+		least := 10000 - rate*float64(answered2.Sub(sent))/1e6 - 1
+		if float64(left) > most || float64(left) < least {
+			t.Errorf("rate %v: a key of 10 s has %d ms left, want %.0f to %.0f", rate, left, least, most)
+		}
+		t.Logf("rate %v: a key of 10 s has %d ms left after %v", rate, left, sent2.Sub(answered).Round(time.Millisecond))
 	}
 }
 
