@@ -62,7 +62,13 @@ type Counts struct {
 	// later grant): the server expired the earlier holder's key early, and
 	// only the fencing token protects the resource then (the issuer's
 	// README states the rule).
-	Clock      int `json:"clock"`
+	Clock int `json:"clock"`
+	// InFlight is how many of the unsafe writes were sent while their
+	// writer held the lock, and applied after its loss and after another
+	// process's grant that came after that loss: the lease told its holder
+	// before anyone else was granted, but the write had left. No lease can
+	// recall a write sent; the fencing token refuses it.
+	InFlight   int `json:"in_flight"`
 	LossEvents int `json:"loss_events"`
 	Handovers  int `json:"handovers"`
 	Writes     int `json:"writes"`
@@ -77,16 +83,18 @@ func (c *Counts) Add(o Counts) {
 	c.StoppedHolder += o.StoppedHolder
 	c.Raced += o.Raced
 	c.Clock += o.Clock
+	c.InFlight += o.InFlight
 	c.LossEvents += o.LossEvents
 	c.Handovers += o.Handovers
 	c.Writes += o.Writes
 }
 
 // Violations is the sum of the counts that must be zero: the overlaps and
-// unsafe writes not explained by a stopped holder, an erasure's race or a
-// server's clock beyond the margin, and the stale writes accepted.
+// unsafe writes not explained by a stopped holder, an erasure's race, a
+// server's clock beyond the margin or a write in flight at the loss, and
+// the stale writes accepted.
 func (c Counts) Violations() int {
-	return c.Overlaps + c.UnsafeWrites - c.StoppedHolder - c.Raced - c.Clock + c.StaleWritesAccepted
+	return c.Overlaps + c.UnsafeWrites - c.StoppedHolder - c.Raced - c.Clock - c.InFlight + c.StaleWritesAccepted
 }
 
 // A Fault is a window in which the harness made a fault, on the history's
@@ -310,6 +318,11 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 				} else if fastClock(faults, o, h.start) {
 					add(w.P, func(c *Counts) { c.Clock++ })
 					kind = "unsafe write, the server's clock beyond the margin"
+				} else if mine.end <= h.start && lastSent(sent, w.P, w.T) < mine.end {
+					// Sent before the writer's loss, which came before
+					// the grant.
+					add(w.P, func(c *Counts) { c.InFlight++ })
+					kind = "unsafe write, in flight at the writer's loss"
 				}
 				res.Findings = append(res.Findings, Finding{lock, kind,
 					fmt.Sprintf("%s's write with token %d applied at %d, while %s held the lock since %d (token %d)", w.P, w.Token, w.T, h.p, h.start, h.token)})
@@ -444,10 +457,13 @@ func fastClock(faults []Fault, o Options, grant int64) bool {
 }
 
 // pauseAt returns the pause-holder fault that stopped process p at t, or
-// nil.
+// had resumed it within ResumeLoss before t, or nil: a resumed process runs
+// its goroutines in any order, and the lease's overdue deadline can end
+// the holder's session, and free the lock for a waiter, before the
+// goroutine that records the loss has run.
 func pauseAt(faults []Fault, p string, t int64) *Fault {
 	for i, f := range faults {
-		if f.Kind == PauseHolder && f.Target == p && f.StartNS <= t && t <= f.EndNS {
+		if f.Kind == PauseHolder && f.Target == p && f.StartNS <= t && t <= f.EndNS+int64(ResumeLoss) {
 			return &faults[i]
 		}
 	}
