@@ -1,7 +1,6 @@
 package fakeclock
 
 import (
-	"bufio"
 	"fmt"
 	"math"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRedisClockRuns starts Debian's redis-server on a clock and checks,
@@ -30,11 +31,8 @@ func TestRedisClockRuns(t *testing.T) {
 	// and the true time halfway through the call.
 	read := func() (Reading, error) {
 		sent := time.Now()
-		reply := srv.do(t, "TIME")
-		answered := time.Now()
-		sec, _ := strconv.ParseInt(reply[0], 10, 64)
-		usec, _ := strconv.ParseInt(reply[1], 10, 64)
-		return Reading{Shows: time.Unix(sec, usec*1000), Sent: sent, Answered: answered}, nil
+		shows, err := srv.rdb.Time(t.Context()).Result()
+		return Reading{Shows: shows, Sent: sent, Answered: time.Now()}, err
 	}
 	// A reading of the server's clock may be off the line by its
 	// uncertainty; the line itself, by what the last SetRate left: the
@@ -83,7 +81,7 @@ func TestRedisClockRuns(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	setRate(1)
 	before := within("before a restart")
-	srv.kill(t)
+	srv.kill()
 	srv = startRedis(t, c, dir)
 	if after := within("after a restart"); after.Before(before) {
 		t.Fatalf("the clock went back across a restart: %v, then %v", before, after)
@@ -95,13 +93,18 @@ func TestRedisClockRuns(t *testing.T) {
 	for _, rate := range []float64{4, 1} {
 		setRate(rate)
 		sent := time.Now()
-		srv.do(t, "SET", "k", "v", "PX", "10000")
+		if err := srv.rdb.Set(t.Context(), "k", "v", 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
 		answered := time.Now()
 		time.Sleep(500 * time.Millisecond)
 		sent2 := time.Now()
-		reply := srv.do(t, "PTTL", "k")
+		pttl, err := srv.rdb.PTTL(t.Context(), "k").Result()
 		answered2 := time.Now()
-		left, _ := strconv.ParseInt(reply[0], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := pttl.Milliseconds()
 		most := 10000 - rate*float64(sent2.Sub(answered))/1e6 + 1
 		least := 10000 - rate*float64(answered2.Sub(sent))/1e6 - 1
 		if float64(left) > most || float64(left) < least {
@@ -112,9 +115,8 @@ func TestRedisClockRuns(t *testing.T) {
 }
 
 type redisServer struct {
-	cmd  *exec.Cmd
-	conn net.Conn
-	r    *bufio.Reader
+	cmd *exec.Cmd
+	rdb *redis.Client
 }
 
 func startRedis(t *testing.T, c *Clock, dir string) *redisServer {
@@ -141,16 +143,13 @@ func startRedis(t *testing.T, c *Clock, dir string) *redisServer {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &redisServer{cmd: cmd}
-	t.Cleanup(func() { s.kill(t) })
+	s := &redisServer{cmd: cmd, rdb: redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})}
+	t.Cleanup(s.kill)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		conn, err := net.Dial("tcp", ln.Addr().String())
+		err := s.rdb.Ping(t.Context()).Err()
 		if err == nil {
-			s.conn, s.r = conn, bufio.NewReader(conn)
-			if reply := s.do(t, "PING"); reply[0] == "PONG" {
-				return s
-			}
+			return s
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("redis-server on the clock does not answer: %v; its output: %s", err, log.String())
@@ -159,51 +158,10 @@ func startRedis(t *testing.T, c *Clock, dir string) *redisServer {
 	}
 }
 
-func (s *redisServer) kill(t *testing.T) {
+func (s *redisServer) kill() {
 	if s.cmd.ProcessState == nil {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
 	}
-	if s.conn != nil {
-		s.conn.Close()
-	}
-}
-
-// do sends a command and returns its reply's lines: a simple string, an
-// integer, or an array's bulk strings.
-func (s *redisServer) do(t *testing.T, args ...string) []string {
-	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	s.conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := s.conn.Write([]byte(b.String())); err != nil {
-		t.Fatal(err)
-	}
-	line := s.readLine(t)
-	switch line[0] {
-	case '+', ':':
-		return []string{line[1:]}
-	case '*':
-		n, _ := strconv.Atoi(line[1:])
-		var out []string
-		for range n {
-			s.readLine(t) // $len
-			out = append(out, s.readLine(t))
-		}
-		return out
-	}
-	t.Fatalf("%v: %s", args, line)
-	return nil
-}
-
-func (s *redisServer) readLine(t *testing.T) string {
-	t.Helper()
-	line, err := s.r.ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSuffix(line, "\r\n")
+	s.rdb.Close()
 }
