@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -240,9 +241,13 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 		first, err := fakeclock.Best(read)
 		heal = func() {
 			// The rate measured, from the first reading to the last, and
-			// its uncertainty; the one set if a reading failed.
+			// its uncertainty; none if a reading failed (a fault of an
+			// unknown rate excuses nothing).
+			rate = 0
 			if last, err2 := fakeclock.Best(read); err == nil && err2 == nil {
 				rate, rateError = fakeclock.Rate(first, last)
+			} else {
+				fmt.Println("lockset: clock-rate: not measured:", errors.Join(err, err2))
 			}
 			if _, _, err := r.clock.SetRate(1, read); err != nil {
 				fmt.Println("lockset: clock-rate:", err)

@@ -106,8 +106,8 @@ type Fault struct {
 	// Target is the process a fault aimed at, if it aimed at one.
 	Target string `json:"target,omitempty"`
 	// Rate is, for a clock-rate fault, the rate the server's wall clock
-	// ran at during it, as measured by reading it, and RateError how far
-	// the true rate may be from that measure.
+	// ran at during it, as measured by reading it (zero if it could not
+	// be), and RateError how far the true rate may be from that measure.
 	Rate      float64 `json:"rate,omitempty"`
 	RateError float64 `json:"rate_error,omitempty"`
 }
