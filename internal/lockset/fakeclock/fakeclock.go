@@ -206,14 +206,8 @@ func (c *Clock) offset() float64 {
 	return c.base.Sub(c.start).Seconds() - c.at.Sub(c.start).Seconds()*c.rate
 }
 
-// Shows returns the time the clock shows at the true time t, by the rates
+// shows returns the time the clock shows at the true time t, by the rates
 // set: the figure a process on it should read.
-func (c *Clock) Shows(t time.Time) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.shows(t)
-}
-
 func (c *Clock) shows(t time.Time) time.Time {
 	return c.base.Add(time.Duration(float64(t.Sub(c.at)) * c.rate))
 }
