@@ -20,6 +20,12 @@ import (
 // short is the configuration of most tests: a 2 s lease.
 var short = k8slease.Config{LeaseDuration: 2 * time.Second}
 
+// watched is the configuration of the tests that want a change of the
+// record seen by the watch: the first renewal comes 9 s or more after the
+// grant, so a renewal cannot meet an operator's write made just after it,
+// and the watch is the only way the lease can learn of it in time.
+var watched = k8slease.Config{LeaseDuration: 20 * time.Second, RenewPeriod: 10 * time.Second}
+
 func TestLockWritesClientGoRecord(t *testing.T) {
 	cs := clientset(t, shared.Config())
 	name := leaseName(t)
@@ -120,9 +126,9 @@ func TestOperatorChangeLosesTheLease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cs := clientset(t, shared.Config())
 			name := leaseName(t)
-			a := mustLock(t, short, cs, name, "a")
+			a := mustLock(t, watched, cs, name, "a")
 			edit(t, cs, name, tt.change)
-			err := waitLost(t, a, time.Second) // before the next renewal could tell
+			err := waitLost(t, a, 8*time.Second) // before the first renewal could tell
 			if !isLost(err, k8slease.ErrTakenOver) {
 				t.Fatalf("Err() = %v, want ErrTakenOver", err)
 			}
@@ -259,19 +265,23 @@ func TestSilenceLosesAtTheDeadline(t *testing.T) {
 
 // TestWatchEndIsNotALoss runs an apiserver that ends every watch after one
 // to two seconds: the lease lives on through several ends, and a change of
-// its holder is still seen by the watch.
+// its holder is still seen by the watch. The operator writes just after a
+// renewal the test saw applied, the next one is 9 s or more away.
 func TestWatchEndIsNotALoss(t *testing.T) {
 	s := kubetest.Options{MinRequestTimeout: time.Second}.Start(t)
 	cs := clientset(t, s.Config())
 	name := leaseName(t)
-	a := mustLock(t, short, cs, name, "a")
-	select {
-	case <-a.Signal().Done():
-		t.Fatalf("lost while its watch ended: %v", a.Signal().Err())
-	case <-time.After(6 * time.Second):
+	a := mustLock(t, watched, cs, name, "a")
+	granted := renewTime(t, cs, name)
+	for renewTime(t, cs, name).Equal(granted) {
+		select {
+		case <-a.Signal().Done():
+			t.Fatalf("lost while its watch ended: %v", a.Signal().Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	edit(t, cs, name, func(l *coordinationv1.Lease) { s := "operator"; l.Spec.HolderIdentity = &s })
-	err := waitLost(t, a, time.Second)
+	err := waitLost(t, a, 8*time.Second)
 	if !isLost(err, k8slease.ErrTakenOver) || !strings.Contains(err.Error(), "now records") {
 		t.Fatalf("Err() = %v, want ErrTakenOver seen by the watch", err)
 	}

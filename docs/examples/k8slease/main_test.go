@@ -149,6 +149,19 @@ func waitLost(t testing.TB, l *k8slease.Lease, within time.Duration) error {
 	}
 }
 
+// renewTime returns the renew time the Lease name records.
+func renewTime(t testing.TB, cs kubernetes.Interface, name string) time.Time {
+	t.Helper()
+	cur, err := cs.CoordinationV1().Leases(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Spec.RenewTime == nil {
+		t.Fatalf("lease %s records no renew time", name)
+	}
+	return cur.Spec.RenewTime.Time
+}
+
 // holderOf returns the holder the Lease name records.
 func holderOf(t testing.TB, cs kubernetes.Interface, name string) string {
 	t.Helper()
