@@ -48,6 +48,7 @@ type holding interface {
 type clientConfig struct {
 	issuer, side, p, lock string
 	endpoint, register    string
+	servers               string // the servers' own addresses, each reached through the proxy at its index in endpoint
 	ttl                   time.Duration
 	seed                  uint64
 }
@@ -64,7 +65,8 @@ func clientMain(args []string) error {
 	fs.StringVar(&c.side, "side", "lease", "lease or peer")
 	fs.StringVar(&c.p, "p", "", "process name")
 	fs.StringVar(&c.lock, "lock", "", "lock name")
-	fs.StringVar(&c.endpoint, "endpoint", "", "the server's address, through the process's fault proxy")
+	fs.StringVar(&c.endpoint, "endpoint", "", "the server's addresses, through the process's fault proxies")
+	fs.StringVar(&c.servers, "servers", "", "the server's own addresses, in the order of -endpoint")
 	fs.StringVar(&c.register, "register", "", "the register's URL")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "the lease's TTL")
 	fs.Uint64Var(&c.seed, "seed", 1, "")

@@ -9,6 +9,7 @@ import (
 	"os"
 	ossignal "os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,18 +22,33 @@ import (
 	"github.com/zukhruf/lease/signal"
 )
 
+// etcdMember is a member of a cluster of several: its name, the port it
+// listens on for its peers, the address it tells them (its fault proxy's),
+// and the cluster's members, name=URL,... An empty name runs a cluster of
+// one.
+type etcdMember struct {
+	name, advertise, cluster string
+	peerPort                 int
+}
+
 // etcdServe runs one etcd member in this process, with its data in dir, on
 // 127.0.0.1:port (0: a free port), prints "endpoint ADDR", and serves until
 // SIGTERM. A restart on the same dir and port keeps the data.
-func etcdServe(dir string, port int) error {
+func etcdServe(dir string, port int, m etcdMember) error {
 	client := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}
-	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(m.peerPort)}
 	cfg := embed.NewConfig()
 	cfg.Name = "lockset"
 	cfg.Dir = dir
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if m.name != "" {
+		cfg.Name = m.name
+		cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: m.advertise}}
+		cfg.InitialCluster = m.cluster
+		cfg.InitialClusterToken = "lockset"
+	}
 	if _, err := os.Stat(dir + "/member"); err == nil {
 		cfg.ClusterState = embed.ClusterStateFlagExisting
 	}
@@ -70,7 +86,7 @@ type etcdLocker struct {
 }
 
 func newEtcdLocker(c clientConfig) (*etcdLocker, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.endpoint}, DialTimeout: c.ttl, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.endpoint, ","), DialTimeout: c.ttl, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
@@ -171,9 +187,14 @@ func etcdServerMain(args []string) error {
 	dir := fs.String("dir", "", "the member's data folder")
 	port := fs.Int("port", 0, "the client port; 0: a free one")
 	issuer := fs.String("issuer", "etcd", "the issuer whose server to run: etcd")
+	var m etcdMember
+	fs.StringVar(&m.name, "name", "", "the member's name, in a cluster of several")
+	fs.IntVar(&m.peerPort, "peer-port", 0, "the port the member listens on for its peers")
+	fs.StringVar(&m.advertise, "advertise", "", "the address the member's peers dial: its fault proxy")
+	fs.StringVar(&m.cluster, "cluster", "", "the cluster's members: name=http://ADDR,...")
 	fs.Parse(args)
 	if *issuer != "etcd" {
 		return fmt.Errorf("server: no server process for issuer %q (etcd)", *issuer)
 	}
-	return etcdServe(*dir, *port)
+	return etcdServe(*dir, *port, m)
 }

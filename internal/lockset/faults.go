@@ -42,6 +42,16 @@ var faultMixes = map[string][]string{
 	// faults, the other half a holder's renewals slowed or lost, which a
 	// fast clock turns into an early expiry.
 	"clock": {check.ClockRate, check.ClockRate, "slow-holder", "drop-to-server"},
+	// etcd's only: a cluster of three members, whose peer links pass
+	// through proxies; one member at a time, the leader half of the
+	// time, isolated from its peers, killed or stopped, and the holders'
+	// own faults among them.
+	"failover": {IsolateMember, KillMember, PauseMember, check.PauseHolder, "slow-holder", check.CutHolder},
+	// Redis's only: a primary, two replicas and three Sentinels; the
+	// primary stopped (past the Sentinels' down-after: failed over, and
+	// resumed after) or killed, one server at a time, a replica's link
+	// silent, and the holders' own faults among them.
+	"sentinel": {PausePrimary, PausePrimary, KillPrimary, CutReplication, check.PauseHolder, "slow-holder", check.CutHolder},
 }
 
 // clockRates are the rates of a clock-rate fault: slow, within the margin
@@ -59,10 +69,15 @@ var mixes = []string{"all", "network", "server", "process", "operator"}
 // mixesOf returns the mixes of issuer: Redis's runs have the clock mix
 // too, apart from all, since an overlap where the clock runs beyond the
 // margin is no violation, and its server runs under libfaketime
-// (package fakeclock).
+// (package fakeclock), and the sentinel mix, whose server is a group
+// behind Sentinels; etcd's have the failover mix, whose server is a
+// cluster of three.
 func mixesOf(issuer string) []string {
-	if issuer == "redis" {
-		return append(slices.Clip(mixes), "clock")
+	switch issuer {
+	case "redis":
+		return append(slices.Clip(mixes), "clock", "sentinel")
+	case "etcd":
+		return append(slices.Clip(mixes), "failover")
 	}
 	return mixes
 }
@@ -177,7 +192,9 @@ func (r *runner) healOnce(active *int, heal func()) func() {
 // start a second server beside it.
 // A change of the clock's rate is made to the server's process too: a
 // restart during one would count the rate from the new process's start.
-var serverKinds = map[string]bool{"pause-server": true, "kill-server": true, check.KillServerWipe: true, check.ClockRate: true}
+// A member's fault is made one at a time, so that a quorum is left.
+var serverKinds = map[string]bool{"pause-server": true, "kill-server": true, check.KillServerWipe: true, check.ClockRate: true,
+	IsolateMember: true, KillMember: true, PauseMember: true, PausePrimary: true, KillPrimary: true, CutReplication: true}
 
 // fault makes one fault for length and records its window; rate is a
 // clock-rate fault's.
@@ -189,23 +206,36 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 	start := history.Now()
 	heal := func() {}
 	erasedAt := int64(-1) // when an erasure's call returned
+	var server string     // a member's fault's: its name; a fault's of a server of Redis's group: its address
 	var rateError float64 // a clock-rate fault's measure's uncertainty
 	switch kind {
 	case check.PauseHolder:
 		c.proc.signal(syscall.SIGSTOP)
 		heal = r.healOnce(&c.paused, func() { c.proc.signal(syscall.SIGCONT) })
 	case check.CutHolder:
-		c.proxy.Cut()
-		heal = r.healOnce(&c.faulted, c.proxy.Heal)
+		c.eachProxy((*faultnet.Proxy).Cut)
+		heal = r.healOnce(&c.faulted, func() { c.eachProxy((*faultnet.Proxy).Heal) })
 	case "drop-to-server":
-		c.proxy.Drop(faultnet.ToServer)
-		heal = r.healOnce(&c.faulted, c.proxy.Heal)
+		c.eachProxy(func(p *faultnet.Proxy) { p.Drop(faultnet.ToServer) })
+		heal = r.healOnce(&c.faulted, func() { c.eachProxy((*faultnet.Proxy).Heal) })
 	case "drop-to-client":
-		c.proxy.Drop(faultnet.ToClient)
-		heal = r.healOnce(&c.faulted, c.proxy.Heal)
+		c.eachProxy(func(p *faultnet.Proxy) { p.Drop(faultnet.ToClient) })
+		heal = r.healOnce(&c.faulted, func() { c.eachProxy((*faultnet.Proxy).Heal) })
 	case "slow-holder":
-		c.proxy.Delay(r.ttl + r.ttl/2)
-		heal = r.healOnce(&c.faulted, c.proxy.Heal)
+		c.eachProxy(func(p *faultnet.Proxy) { p.Delay(r.ttl + r.ttl/2) })
+		heal = r.healOnce(&c.faulted, func() { c.eachProxy((*faultnet.Proxy).Heal) })
+	case IsolateMember, KillMember, PauseMember:
+		var m *member
+		m, server = r.pickMember()
+		heal = r.memberFault(kind, m)
+	case PausePrimary, KillPrimary, CutReplication:
+		var healed func() string
+		var err error
+		if server, healed, err = r.sentinelFault(kind); err != nil {
+			fmt.Println("lockset:", kind+":", err)
+			return
+		}
+		heal = func() { kind = healed() }
 	case "pause-server":
 		r.mu.Lock()
 		s := r.server
@@ -284,6 +314,8 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 		f.Target = c.lock
 	case kind == check.ClockRate:
 		f.Rate, f.RateError = rate, rateError
+	case server != "":
+		f.Target = server
 	}
 	r.faults = append(r.faults, f)
 	r.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,7 +92,16 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 func newRedisLocker(c clientConfig) (*redisLocker, error) {
 	redis.SetLogger(quiet{})
-	rdb := redis.NewClient(&redis.Options{Addr: c.endpoint, DialTimeout: c.ttl / 2, ReadTimeout: c.ttl / 2, WriteTimeout: c.ttl / 2})
+	var rdb *redis.Client
+	if master, sentinels, ok := strings.Cut(os.Getenv(sentinelsEnv), " "); ok {
+		// The sentinel mix: the client asks the Sentinels for the
+		// primary, and dials it through this process's proxy of it.
+		rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(sentinels, ","),
+			Dialer:      routeDialer(strings.Split(c.servers, ","), strings.Split(c.endpoint, ","), c.ttl/2),
+			DialTimeout: c.ttl / 2, ReadTimeout: c.ttl / 2, WriteTimeout: c.ttl / 2})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: c.endpoint, DialTimeout: c.ttl / 2, ReadTimeout: c.ttl / 2, WriteTimeout: c.ttl / 2})
+	}
 	return &redisLocker{cfg: c, rdb: rdb, rs: redsync.New(goredis.NewPool(rdb))}, nil
 }
 

@@ -136,22 +136,27 @@ type runner struct {
 	serverPort int    // the server's client port, set at the first start, before any fault, and kept across restarts
 	serverDir  string // the server's files that are not in dir: PostgreSQL's data, MariaDB's socket
 
+	cluster      bool             // etcd's server is a cluster of three (the failover mix)
+	group        bool             // Redis's server is a group behind Sentinels (the sentinel mix)
 	serverFaults sync.Mutex       // held while a fault is made to the server's process
 	clock        *fakeclock.Clock // the server's wall clock, in a run with clock-rate faults
 
-	mu      sync.Mutex
-	server  *proc
-	clients []*contender
-	holders map[string]string // lock → the process that holds it, as its events say
-	faults  []check.Fault
+	mu       sync.Mutex
+	server   *proc
+	members  []*member      // an etcd cluster's, in the failover mix; server is nil then
+	sentinel *sentinelGroup // Redis's group, in the sentinel mix; server is its lockset-sentinel
+	clients  []*contender
+	holders  map[string]string // lock → the process that holds it, as its events say
+	faults   []check.Fault
 }
 
-// contender is a client process with its fault proxy.
+// contender is a client process with its fault proxies, one for each of
+// the server's endpoints.
 type contender struct {
-	proc  *proc
-	side  string
-	lock  string
-	proxy *faultnet.Proxy
+	proc    *proc
+	side    string
+	lock    string
+	proxies []*faultnet.Proxy
 	// How many faults are active on the link and on the process; under
 	// runner.mu.
 	faulted, paused int
@@ -218,7 +223,8 @@ func run(c runConfig) (check.Result, summary, error) {
 	}
 	defer hf.Close()
 	r := &runner{issuer: c.issuer, dir: dir, ttl: c.ttl, rng: rand.New(rand.NewPCG(uint64(c.seed), 0x10c5e7)),
-		out: history.NewWriter(hf), self: self, holders: map[string]string{}}
+		out: history.NewWriter(hf), self: self, holders: map[string]string{},
+		cluster: c.issuer == "etcd" && c.mix == "failover", group: c.issuer == "redis" && c.mix == "sentinel"}
 
 	if slices.Contains(kinds, check.ClockRate) {
 		clockDir := filepath.Join(dir, "clock")
@@ -235,13 +241,17 @@ func run(c runConfig) (check.Result, summary, error) {
 		return res, sum, err
 	}
 	defer func() {
-		r.mu.Lock()
-		s := r.server
-		r.mu.Unlock()
-		s.signal(syscall.SIGKILL)
+		for _, s := range r.servers() {
+			s.signal(syscall.SIGKILL)
+			if r.serverDir != "" {
+				<-s.done
+			}
+		}
 		if r.serverDir != "" {
-			<-s.done
 			os.RemoveAll(r.serverDir)
+		}
+		for _, m := range r.members {
+			m.peerProxy.Close()
 		}
 	}()
 
@@ -269,8 +279,10 @@ func run(c runConfig) (check.Result, summary, error) {
 	start := history.Now()
 	r.schedule(time.Duration(c.seconds)*time.Second, kinds)
 	r.stopClients()
-	r.server.signal(syscall.SIGKILL)
-	<-r.server.done
+	for _, s := range r.servers() {
+		s.signal(syscall.SIGKILL)
+		<-s.done
+	}
 	// The server's data is not an output of the run, and etcd's write-ahead
 	// log alone takes 64 MB.
 	os.RemoveAll(filepath.Join(dir, "server"))
@@ -393,6 +405,9 @@ func waitServing(name string, within time.Duration, exited <-chan struct{}, prob
 func (r *runner) startServer() (string, error) {
 	switch r.issuer {
 	case "redis":
+		if r.group {
+			return r.startSentinel()
+		}
 		return r.startRedis()
 	case "pg":
 		return r.startPG()
@@ -400,6 +415,9 @@ func (r *runner) startServer() (string, error) {
 		return r.startMySQL()
 	case "k8s":
 		return r.startKube()
+	}
+	if r.cluster {
+		return r.startEtcdCluster()
 	}
 	cmd := exec.Command(r.self, "server", "-issuer", r.issuer, "-dir", filepath.Join(r.dir, "server"), "-port", strconv.Itoa(r.serverPort))
 	cmd.Stderr = os.Stderr
@@ -435,13 +453,19 @@ func (r *runner) startServer() (string, error) {
 }
 
 func (r *runner) startClient(side, lock, endpoint, register string, seed uint64) error {
-	proxy, err := faultnet.Listen(endpoint)
-	if err != nil {
-		return err
+	var proxies []*faultnet.Proxy
+	var addrs []string
+	for _, e := range strings.Split(endpoint, ",") {
+		proxy, err := faultnet.Listen(e)
+		if err != nil {
+			return err
+		}
+		proxies = append(proxies, proxy)
+		addrs = append(addrs, proxy.Addr())
 	}
 	name := fmt.Sprintf("%s-%d", side, len(r.clients)+1)
 	cmd := exec.Command(r.self, "client", "-issuer", r.issuer, "-side", side, "-p", name, "-lock", lock,
-		"-endpoint", proxy.Addr(), "-register", register, "-ttl", r.ttl.String(), "-seed", strconv.FormatUint(seed*1000+uint64(len(r.clients)), 10))
+		"-endpoint", strings.Join(addrs, ","), "-servers", endpoint, "-register", register, "-ttl", r.ttl.String(), "-seed", strconv.FormatUint(seed*1000+uint64(len(r.clients)), 10))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
@@ -465,7 +489,7 @@ func (r *runner) startClient(side, lock, endpoint, register string, seed uint64)
 		cmd.Wait()
 		close(p.done)
 	}()
-	r.clients = append(r.clients, &contender{proc: p, side: side, lock: lock, proxy: proxy})
+	r.clients = append(r.clients, &contender{proc: p, side: side, lock: lock, proxies: proxies})
 	return nil
 }
 
@@ -487,11 +511,16 @@ func (r *runner) track(e history.Event) {
 // while.
 func (r *runner) stopClients() {
 	for _, c := range r.clients {
-		c.proxy.Heal()
+		c.eachProxy((*faultnet.Proxy).Heal)
 		c.proc.signal(syscall.SIGCONT)
 		c.proc.signal(syscall.SIGTERM)
 	}
-	r.server.signal(syscall.SIGCONT)
+	for _, m := range r.members {
+		m.peerProxy.Heal()
+	}
+	for _, s := range r.servers() {
+		s.signal(syscall.SIGCONT)
+	}
 	deadline := time.Now().Add(4 * r.ttl)
 	for _, c := range r.clients {
 		select {
@@ -500,6 +529,13 @@ func (r *runner) stopClients() {
 			c.proc.signal(syscall.SIGKILL)
 			<-c.proc.done
 		}
-		c.proxy.Close()
+		c.eachProxy(func(p *faultnet.Proxy) { p.Close() })
+	}
+}
+
+// eachProxy calls f with each of the client's proxies.
+func (c *contender) eachProxy(f func(*faultnet.Proxy)) {
+	for _, p := range c.proxies {
+		f(p)
 	}
 }
