@@ -131,10 +131,13 @@ func (r *runner) startMember(m *member) (func() error, error) {
 }
 
 // servers returns the server processes of the run: the members of the
-// cluster, or the one server.
+// cluster, PostgreSQL's primary and standby, or the one server.
 func (r *runner) servers() []*proc {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.pg != nil {
+		return r.pg.servers()
+	}
 	if len(r.members) == 0 {
 		return []*proc{r.server}
 	}

@@ -52,6 +52,10 @@ var faultMixes = map[string][]string{
 	// resumed after) or killed, one server at a time, a replica's link
 	// silent, and the holders' own faults among them.
 	"sentinel": {PausePrimary, PausePrimary, KillPrimary, CutReplication, check.PauseHolder, "slow-holder", check.CutHolder},
+	// PostgreSQL's only: a primary and a synchronous standby; the primary
+	// stopped (fast, or killed) and the standby promoted, and the
+	// holders' own faults among them.
+	"standby": {FailoverFast, FailoverKill, check.PauseHolder, "slow-holder", check.CutHolder},
 }
 
 // clockRates are the rates of a clock-rate fault: slow, within the margin
@@ -71,13 +75,16 @@ var mixes = []string{"all", "network", "server", "process", "operator"}
 // margin is no violation, and its server runs under libfaketime
 // (package fakeclock), and the sentinel mix, whose server is a group
 // behind Sentinels; etcd's have the failover mix, whose server is a
-// cluster of three.
+// cluster of three; PostgreSQL's the standby mix, whose server is a
+// primary and a standby.
 func mixesOf(issuer string) []string {
 	switch issuer {
 	case "redis":
 		return append(slices.Clip(mixes), "clock", "sentinel")
 	case "etcd":
 		return append(slices.Clip(mixes), "failover")
+	case "pg":
+		return append(slices.Clip(mixes), "standby")
 	}
 	return mixes
 }
@@ -194,7 +201,8 @@ func (r *runner) healOnce(active *int, heal func()) func() {
 // restart during one would count the rate from the new process's start.
 // A member's fault is made one at a time, so that a quorum is left.
 var serverKinds = map[string]bool{"pause-server": true, "kill-server": true, check.KillServerWipe: true, check.ClockRate: true,
-	IsolateMember: true, KillMember: true, PauseMember: true, PausePrimary: true, KillPrimary: true, CutReplication: true}
+	IsolateMember: true, KillMember: true, PauseMember: true, PausePrimary: true, KillPrimary: true, CutReplication: true,
+	FailoverFast: true, FailoverKill: true}
 
 // fault makes one fault for length and records its window; rate is a
 // clock-rate fault's.
@@ -236,6 +244,15 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 			return
 		}
 		heal = func() { kind = healed() }
+	case FailoverFast, FailoverKill:
+		var err error
+		if server, heal, err = r.pgFailover(kind); err != nil {
+			fmt.Println("lockset:", kind+":", err)
+			return
+		}
+		// The window ends at the promotion; the heal makes a new
+		// standby, meanwhile commits wait for it.
+		length = 0
 	case "pause-server":
 		r.mu.Lock()
 		s := r.server

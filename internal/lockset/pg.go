@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,47 +71,77 @@ func (r *runner) startPG() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	command := func(name string, args ...string) *exec.Cmd {
-		cmd := exec.Command(filepath.Join(bin, name), args...)
-		cmd.Env = append(os.Environ(), "LC_ALL=C")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		return cmd
-	}
 	first := r.serverDir == ""
 	if first {
-		if r.serverDir, err = os.MkdirTemp("", "lockset-pg-"); err != nil {
+		if err := r.pgInit(cred); err != nil {
 			return "", err
-		}
-		if cred != nil {
-			if err := os.Chown(r.serverDir, int(cred.Uid), int(cred.Gid)); err != nil {
-				return "", err
-			}
-		}
-		if out, err := command("initdb", "-D", filepath.Join(r.serverDir, "data"), "-U", "postgres", "-A", "trust",
-			"--locale=C", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-			return "", fmt.Errorf("initdb: %w: %s", err, out)
 		}
 	}
 	return r.serve(func(port int) (*exec.Cmd, error) {
-		logf, err := os.OpenFile(filepath.Join(r.serverDir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return nil, err
-		}
-		// Commits are synchronous: a token taken must survive a kill of
-		// the server, which loses what is in its memory, not what the
-		// kernel has (fsync=off).
-		cmd := command("postgres", "-D", filepath.Join(r.serverDir, "data"), "-p", strconv.Itoa(port), "-k", r.serverDir,
-			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200",
-			"-c", "log_min_messages=fatal")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-		return cmd, nil
+		return r.pgPostgres(cred, "data", port)
 	}, true, func(addr string, exited <-chan struct{}) error { return pgReady(addr, first, exited) })
 }
 
-// pgConnString is the connection string of the server at addr.
+// pgCommand returns the command of the PostgreSQL binary name, run as
+// cred (see pgCredential).
+func pgCommand(cred *syscall.Credential, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(pgBin(), name), args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	return cmd
+}
+
+// pgInit makes the server's folder, which its user owns, and a cluster's
+// data in it, in the folder data.
+func (r *runner) pgInit(cred *syscall.Credential) error {
+	var err error
+	if r.serverDir, err = os.MkdirTemp("", "lockset-pg-"); err != nil {
+		return err
+	}
+	if cred != nil {
+		if err := os.Chown(r.serverDir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return err
+		}
+	}
+	if out, err := pgCommand(cred, "initdb", "-D", filepath.Join(r.serverDir, "data"), "-U", "postgres", "-A", "trust",
+		"--locale=C", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %w: %s", err, out)
+	}
+	return nil
+}
+
+// pgPostgres returns the command of the server on the data in the folder
+// data of the server's folder, on port, with the settings extra (-c
+// name=value each), logging into the server's folder.
+func (r *runner) pgPostgres(cred *syscall.Credential, data string, port int, extra ...string) (*exec.Cmd, error) {
+	logf, err := os.OpenFile(filepath.Join(r.serverDir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	// Commits are synchronous: a token taken must survive a kill of
+	// the server, which loses what is in its memory, not what the
+	// kernel has (fsync=off).
+	args := []string{"-D", filepath.Join(r.serverDir, data), "-p", strconv.Itoa(port), "-k", r.serverDir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200",
+		"-c", "log_min_messages=fatal"}
+	for _, e := range extra {
+		args = append(args, "-c", e)
+	}
+	cmd := pgCommand(cred, "postgres", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	return cmd, nil
+}
+
+// pgConnString is the connection string of the server at addr; of
+// several, "ADDR,ADDR", the one that takes writes (the failover mix's
+// primary).
 func pgConnString(addr string) string {
-	return "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	s := "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	if strings.Contains(addr, ",") {
+		s += "&target_session_attrs=read-write"
+	}
+	return s
 }
 
 // pgReady waits until the server at addr takes a statement (and, at the

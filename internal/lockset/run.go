@@ -138,6 +138,7 @@ type runner struct {
 
 	cluster      bool             // etcd's server is a cluster of three (the failover mix)
 	group        bool             // Redis's server is a group behind Sentinels (the sentinel mix)
+	standby      bool             // PostgreSQL's server is a primary and a standby (the standby mix)
 	serverFaults sync.Mutex       // held while a fault is made to the server's process
 	clock        *fakeclock.Clock // the server's wall clock, in a run with clock-rate faults
 
@@ -145,6 +146,7 @@ type runner struct {
 	server   *proc
 	members  []*member      // an etcd cluster's, in the failover mix; server is nil then
 	sentinel *sentinelGroup // Redis's group, in the sentinel mix; server is its lockset-sentinel
+	pg       *pgPair        // PostgreSQL's primary and standby, in the standby mix; server is the primary
 	clients  []*contender
 	holders  map[string]string // lock → the process that holds it, as its events say
 	faults   []check.Fault
@@ -224,7 +226,8 @@ func run(c runConfig) (check.Result, summary, error) {
 	defer hf.Close()
 	r := &runner{issuer: c.issuer, dir: dir, ttl: c.ttl, rng: rand.New(rand.NewPCG(uint64(c.seed), 0x10c5e7)),
 		out: history.NewWriter(hf), self: self, holders: map[string]string{},
-		cluster: c.issuer == "etcd" && c.mix == "failover", group: c.issuer == "redis" && c.mix == "sentinel"}
+		cluster: c.issuer == "etcd" && c.mix == "failover", group: c.issuer == "redis" && c.mix == "sentinel",
+		standby: c.issuer == "pg" && c.mix == "standby"}
 
 	if slices.Contains(kinds, check.ClockRate) {
 		clockDir := filepath.Join(dir, "clock")
@@ -410,6 +413,9 @@ func (r *runner) startServer() (string, error) {
 		}
 		return r.startRedis()
 	case "pg":
+		if r.standby {
+			return r.startPGPair()
+		}
 		return r.startPG()
 	case "mysql":
 		return r.startMySQL()
