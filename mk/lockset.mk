@@ -18,7 +18,7 @@ LOCKS   ?= 3
 PARALLEL ?= false
 HISTORY ?=
 
-.PHONY: test-lockset lint-lockset lockset lockset-all lockset-smoke lockcheck lockset-kube lockset-sentinel faketime-deps e2e-fakeclock
+.PHONY: test-lockset lint-lockset lockset lockset-all lockset-smoke lockcheck lockset-kube lockset-redis faketime-deps e2e-fakeclock
 
 LOCKSET_BIN = $(or $(TMPDIR),/tmp)/lockset-bin
 
@@ -27,13 +27,13 @@ LOCKSET_BIN = $(or $(TMPDIR),/tmp)/lockset-bin
 # Kubernetes's server is lockset-kube, a command of the k8slease module
 # (etcd and kube-apiserver, by its internal package kubetest), built here.
 LOCKSET_KUBE = $(or $(TMPDIR),/tmp)/lockset-kube
-# Redis's sentinel mix runs lockset-sentinel, a command of the redislease
-# module (a primary, two replicas and three Sentinels, by its internal
-# package redistest), built here.
-LOCKSET_SENTINEL = $(or $(TMPDIR),/tmp)/lockset-sentinel
+# Redis's sentinel and cluster mixes run lockset-redis, a command of the
+# redislease module (a primary, two replicas and three Sentinels, or a
+# Cluster, by its internal package redistest), built here.
+LOCKSET_REDIS = $(or $(TMPDIR),/tmp)/lockset-redis
 # Redis's clock mix runs its server under libfaketime (faketime-deps).
-LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps lockset-sentinel) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube) $(if $(filter clock,$(MIX)),faketime-deps)
-LOCKSET_ENV  = REDIS_SERVER=$(REDIS_SERVER) REDIS_SENTINEL=$(REDIS_SENTINEL) PGBIN=$(PG_BIN) $(MYSQL_ENV) LOCKSET_KUBE=$(LOCKSET_KUBE) LOCKSET_SENTINEL=$(LOCKSET_SENTINEL)
+LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps lockset-redis) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube) $(if $(filter clock,$(MIX)),faketime-deps)
+LOCKSET_ENV  = REDIS_SERVER=$(REDIS_SERVER) REDIS_SENTINEL=$(REDIS_SENTINEL) PGBIN=$(PG_BIN) $(MYSQL_ENV) LOCKSET_KUBE=$(LOCKSET_KUBE) LOCKSET_REDIS=$(LOCKSET_REDIS)
 
 TEST_STEPS += test-lockset
 lint: lint-lockset
@@ -48,8 +48,8 @@ lint-lockset:
 
 ## lockset: one lock-set run of ISSUER (etcd, redis, pg, mysql or k8s) for
 ## SECONDS (60) with the fault schedule of SEED (1) and the faults of MIX
-## (all; network, server, process, operator; Redis's clock and sentinel;
-## etcd's failover), the peer's
+## (all; network, server, process, operator; Redis's clock, sentinel and
+## cluster; etcd's failover; PostgreSQL's standby), the peer's
 ## clients beside the issuer's; prints the run's folder and each side's
 ## counts, and fails on an overlap, an unsafe write or a stale write
 ## accepted that nothing excuses.
@@ -59,12 +59,12 @@ lockset: $(call LOCKSET_DEPS,$(ISSUER))
 
 ## lockset-all: for every issuer, SEEDS runs (10) of SECONDS each, seed n
 ## with the fault mix n-1 modulo the issuer's (all, network, server,
-## process, operator; after them Redis's clock and sentinel, etcd's
-## failover), LOCKS locks a side (3);
+## process, operator; after them Redis's clock, sentinel and cluster,
+## etcd's failover, PostgreSQL's standby), LOCKS locks a side (3);
 ## PARALLEL=true runs the issuers at once; writes the table into
 ## docs/lockset.md; fails if a run of the lease has a violation.
 ## SECONDS=600 SEEDS=10 takes 100 minutes an issuer.
-lockset-all: redis-deps pg-deps mysql-deps lockset-kube lockset-sentinel faketime-deps
+lockset-all: redis-deps pg-deps mysql-deps lockset-kube lockset-redis faketime-deps
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds $(SECONDS) -seeds $(SEEDS) -locks $(LOCKS) -parallel=$(PARALLEL) -doc $(CURDIR)/docs/lockset.md
 
@@ -113,6 +113,6 @@ e2e-fakeclock: redis-deps faketime-deps
 lockset-kube: k8s-apiserver
 	cd $(K8S_EXAMPLE) && $(GO) build -o $(LOCKSET_KUBE) ./internal/kubetest/cmd/lockset-kube
 
-# lockset-sentinel builds the Redis group of the sentinel mix.
-lockset-sentinel: redis-deps
-	cd $(REDIS_EXAMPLE) && $(GO) build -o $(LOCKSET_SENTINEL) ./internal/redistest/cmd/lockset-sentinel
+# lockset-redis builds the Redis servers of the sentinel and cluster mixes.
+lockset-redis: redis-deps
+	cd $(REDIS_EXAMPLE) && $(GO) build -o $(LOCKSET_REDIS) ./internal/redistest/cmd/lockset-redis

@@ -149,13 +149,13 @@ func (r *runner) servers() []*proc {
 }
 
 // pickMember returns the cluster's leader half of the time, else a member
-// at random (the leader, too, a third of those times), and the fault's
-// target as the run records it: the member's name, with "/leader" if it
-// led when picked.
-func (r *runner) pickMember() (*member, string) {
-	m := r.members[r.rng.IntN(len(r.members))]
+// at random (the leader, too, a third of those times), as choice picks;
+// and the fault's target as the run records it: the member's name, with
+// "/leader" if it led when picked.
+func (r *runner) pickMember(choice uint64) (*member, string) {
+	m := r.members[(choice>>1)%uint64(len(r.members))]
 	leader := r.leader()
-	if r.rng.IntN(2) == 0 && leader != nil {
+	if choice&1 == 0 && leader != nil {
 		m = leader
 	}
 	if m == leader {

@@ -52,6 +52,10 @@ var faultMixes = map[string][]string{
 	// resumed after) or killed, one server at a time, a replica's link
 	// silent, and the holders' own faults among them.
 	"sentinel": {PausePrimary, PausePrimary, KillPrimary, CutReplication, check.PauseHolder, "slow-holder", check.CutHolder},
+	// Redis's only: a Cluster of three primaries, each with a replica; a
+	// primary stopped (past the node timeout: failed over, and resumed
+	// after) or killed, one at a time, and the holders' own faults.
+	"cluster": {PausePrimary, PausePrimary, KillPrimary, check.PauseHolder, "slow-holder", check.CutHolder},
 	// PostgreSQL's only: a primary and a synchronous standby; the primary
 	// stopped (fast, or killed) and the standby promoted, and the
 	// holders' own faults among them.
@@ -73,14 +77,14 @@ var mixes = []string{"all", "network", "server", "process", "operator"}
 // mixesOf returns the mixes of issuer: Redis's runs have the clock mix
 // too, apart from all, since an overlap where the clock runs beyond the
 // margin is no violation, and its server runs under libfaketime
-// (package fakeclock), and the sentinel mix, whose server is a group
-// behind Sentinels; etcd's have the failover mix, whose server is a
+// (package fakeclock), and the sentinel and cluster mixes, whose server
+// is a group behind Sentinels or a Cluster; etcd's have the failover mix, whose server is a
 // cluster of three; PostgreSQL's the standby mix, whose server is a
 // primary and a standby.
 func mixesOf(issuer string) []string {
 	switch issuer {
 	case "redis":
-		return append(slices.Clip(mixes), "clock", "sentinel")
+		return append(slices.Clip(mixes), "clock", "sentinel", "cluster")
 	case "etcd":
 		return append(slices.Clip(mixes), "failover")
 	case "pg":
@@ -142,11 +146,14 @@ func (r *runner) schedule(d time.Duration, kinds []string) {
 		if !holderKinds[kind] {
 			targets = targets[:1]
 		}
+		// The fault's own choices (which member, which primary) are
+		// drawn here, where the schedule's generator is used alone.
+		choice := r.rng.Uint64()
 		for _, target := range targets {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r.fault(kind, length, target, rate)
+				r.fault(kind, length, target, rate, choice)
 			}()
 		}
 	}
@@ -205,8 +212,9 @@ var serverKinds = map[string]bool{"pause-server": true, "kill-server": true, che
 	FailoverFast: true, FailoverKill: true}
 
 // fault makes one fault for length and records its window; rate is a
-// clock-rate fault's.
-func (r *runner) fault(kind string, length time.Duration, c *contender, rate float64) {
+// clock-rate fault's; choice picks the target of a fault to one of
+// several servers.
+func (r *runner) fault(kind string, length time.Duration, c *contender, rate float64, choice uint64) {
 	if serverKinds[kind] {
 		r.serverFaults.Lock()
 		defer r.serverFaults.Unlock()
@@ -234,12 +242,12 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 		heal = r.healOnce(&c.faulted, func() { c.eachProxy((*faultnet.Proxy).Heal) })
 	case IsolateMember, KillMember, PauseMember:
 		var m *member
-		m, server = r.pickMember()
+		m, server = r.pickMember(choice)
 		heal = r.memberFault(kind, m)
 	case PausePrimary, KillPrimary, CutReplication:
 		var healed func() string
 		var err error
-		if server, healed, err = r.sentinelFault(kind); err != nil {
+		if server, healed, err = r.redisGroupFault(kind, choice); err != nil {
 			fmt.Println("lockset:", kind+":", err)
 			return
 		}

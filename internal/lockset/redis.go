@@ -80,7 +80,7 @@ func freePort() (int, error) {
 // its users do, with a token from INCR after the grant (redsync has none).
 type redisLocker struct {
 	cfg clientConfig
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	rs  *redsync.Redsync
 }
 
@@ -92,14 +92,18 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 func newRedisLocker(c clientConfig) (*redisLocker, error) {
 	redis.SetLogger(quiet{})
-	var rdb *redis.Client
-	if master, sentinels, ok := strings.Cut(os.Getenv(sentinelsEnv), " "); ok {
+	var rdb redis.UniversalClient
+	dialer := routeDialer(strings.Split(c.servers, ","), strings.Split(c.endpoint, ","), c.ttl/2)
+	switch group := strings.Fields(os.Getenv(redisGroupEnv)); {
+	case len(group) == 3 && group[0] == "sentinel":
 		// The sentinel mix: the client asks the Sentinels for the
 		// primary, and dials it through this process's proxy of it.
-		rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(sentinels, ","),
-			Dialer:      routeDialer(strings.Split(c.servers, ","), strings.Split(c.endpoint, ","), c.ttl/2),
-			DialTimeout: c.ttl / 2, ReadTimeout: c.ttl / 2, WriteTimeout: c.ttl / 2})
-	} else {
+		rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: group[1], SentinelAddrs: strings.Split(group[2], ","),
+			Dialer: dialer, DialTimeout: c.ttl / 2, ReadTimeout: c.ttl / 2, WriteTimeout: c.ttl / 2})
+	case len(group) == 1 && group[0] == "cluster":
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(c.servers, ","),
+			Dialer: dialer, DialTimeout: c.ttl / 2, ReadTimeout: c.ttl / 2, WriteTimeout: c.ttl / 2})
+	default:
 		rdb = redis.NewClient(&redis.Options{Addr: c.endpoint, DialTimeout: c.ttl / 2, ReadTimeout: c.ttl / 2, WriteTimeout: c.ttl / 2})
 	}
 	return &redisLocker{cfg: c, rdb: rdb, rs: redsync.New(goredis.NewPool(rdb))}, nil

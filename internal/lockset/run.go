@@ -137,19 +137,19 @@ type runner struct {
 	serverDir  string // the server's files that are not in dir: PostgreSQL's data, MariaDB's socket
 
 	cluster      bool             // etcd's server is a cluster of three (the failover mix)
-	group        bool             // Redis's server is a group behind Sentinels (the sentinel mix)
+	redisMix     string           // sentinel or cluster: Redis's server is a group behind Sentinels, or a Cluster
 	standby      bool             // PostgreSQL's server is a primary and a standby (the standby mix)
 	serverFaults sync.Mutex       // held while a fault is made to the server's process
 	clock        *fakeclock.Clock // the server's wall clock, in a run with clock-rate faults
 
-	mu       sync.Mutex
-	server   *proc
-	members  []*member      // an etcd cluster's, in the failover mix; server is nil then
-	sentinel *sentinelGroup // Redis's group, in the sentinel mix; server is its lockset-sentinel
-	pg       *pgPair        // PostgreSQL's primary and standby, in the standby mix; server is the primary
-	clients  []*contender
-	holders  map[string]string // lock → the process that holds it, as its events say
-	faults   []check.Fault
+	mu         sync.Mutex
+	server     *proc
+	members    []*member   // an etcd cluster's, in the failover mix; server is nil then
+	redisGroup *redisGroup // Redis's servers, in the sentinel and cluster mixes; server is their lockset-redis
+	pg         *pgPair     // PostgreSQL's primary and standby, in the standby mix; server is the primary
+	clients    []*contender
+	holders    map[string]string // lock → the process that holds it, as its events say
+	faults     []check.Fault
 }
 
 // contender is a client process with its fault proxies, one for each of
@@ -226,8 +226,11 @@ func run(c runConfig) (check.Result, summary, error) {
 	defer hf.Close()
 	r := &runner{issuer: c.issuer, dir: dir, ttl: c.ttl, rng: rand.New(rand.NewPCG(uint64(c.seed), 0x10c5e7)),
 		out: history.NewWriter(hf), self: self, holders: map[string]string{},
-		cluster: c.issuer == "etcd" && c.mix == "failover", group: c.issuer == "redis" && c.mix == "sentinel",
+		cluster: c.issuer == "etcd" && c.mix == "failover",
 		standby: c.issuer == "pg" && c.mix == "standby"}
+	if c.issuer == "redis" && (c.mix == "sentinel" || c.mix == "cluster") {
+		r.redisMix = c.mix
+	}
 
 	if slices.Contains(kinds, check.ClockRate) {
 		clockDir := filepath.Join(dir, "clock")
@@ -408,8 +411,8 @@ func waitServing(name string, within time.Duration, exited <-chan struct{}, prob
 func (r *runner) startServer() (string, error) {
 	switch r.issuer {
 	case "redis":
-		if r.group {
-			return r.startSentinel()
+		if r.redisMix != "" {
+			return r.startRedisGroup(r.redisMix == "cluster")
 		}
 		return r.startRedis()
 	case "pg":
