@@ -25,10 +25,11 @@ const childEnv = "REDISLEASE_TEST_CHILD"
 // and returns its exit code; it returns -1 in a plain test process.
 //
 // The holder locks REDISLEASE_KEY on REDISLEASE_ADDR and prints its token;
-// then it checks its signal, prints "checked", sleeps a moment (the parent
-// stops it there, between its check and its write) and writes to the fenced
-// resource REDISLEASE_RESOURCE with its token, printing "accepted" or
-// "refused".
+// then it checks its signal, prints "checked", waits for a line on its
+// standard input (the parent stops it there, between its check and its
+// write, and sends the line only after it continues it, so the stop cannot
+// come after the write) and writes to the fenced resource
+// REDISLEASE_RESOURCE with its token, printing "accepted" or "refused".
 func childMain() int {
 	if os.Getenv(childEnv) != "holder" {
 		return -1
@@ -47,7 +48,7 @@ func childMain() int {
 		return 1
 	}
 	fmt.Println("checked")
-	time.Sleep(200 * time.Millisecond)
+	bufio.NewReader(os.Stdin).ReadString('\n')
 	ok, err := fencedWrite(ctx, rdb, os.Getenv("REDISLEASE_RESOURCE"), l.Token(), "a")
 	switch {
 	case err != nil:
@@ -81,6 +82,10 @@ func pausedTrial(t *testing.T, key string) string {
 	resource := key + ":resource"
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=holder", "REDISLEASE_ADDR="+shared.Addr(), "REDISLEASE_KEY="+key, "REDISLEASE_RESOURCE="+resource)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +135,7 @@ func pausedTrial(t *testing.T, key string) string {
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	fmt.Fprintln(stdin, "go")
 	w := next()
 	go io.Copy(io.Discard, out)
 	return w
