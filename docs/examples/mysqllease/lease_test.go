@@ -303,11 +303,14 @@ func TestNamesCaseSensitive(t *testing.T) {
 	base := subject(t)
 	a := lock(t, fast, db, "Ab-"+base)
 	defer a.Unlock(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 2*fast.Heartbeat)
+	// A name that collided with A's would wait for A's lock until ctx
+	// ended; 10 s is far beyond a free lock's grant, even on a loaded
+	// machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b, err := fast.Lock(ctx, db, "ab-"+base)
 	if err != nil {
-		t.Fatalf("Lock of the same name in other case = %v, want a second lock at once", err)
+		t.Fatalf("Lock of the same name in other case = %v, want a second lock while A holds the first", err)
 	}
 	b.Unlock(context.Background())
 }
