@@ -144,10 +144,12 @@ type copyRun struct {
 }
 
 // startCopyRun locks lockName on a new session of srv for a run whose
-// warehouse never stores the batch numbered slow.
+// warehouse never stores the batch numbered slow. The session's TTL is
+// long, so that the revocation reaches the holder as the deletion of its
+// key.
 func startCopyRun(t *testing.T, srv *etcdtest.Server, slow int) *copyRun {
 	t.Helper()
-	r := &copyRun{s: newSession(t, srv), wh: startWarehouse(t, slow), client: &http.Client{Transport: &http.Transport{}}}
+	r := &copyRun{s: newLongSession(t, srv), wh: startWarehouse(t, slow), client: &http.Client{Transport: &http.Transport{}}}
 	t.Cleanup(r.client.CloseIdleConnections)
 	r.l = mustLock(t, r.s, lockName)
 	t.Cleanup(func() {

@@ -15,7 +15,7 @@ import (
 func TestLockLostWhenSessionRevoked(t *testing.T) {
 	t.Parallel()
 	srv, op := startEtcdWithOp(t)
-	s1, s2 := newSession(t, srv), newSession(t, srv)
+	s1, s2 := newLongSession(t, srv), newSession(t, srv)
 
 	first := mustLock(t, s1, lockName)
 	sig := first.Signal()
@@ -31,7 +31,7 @@ func TestLockLostWhenSessionRevoked(t *testing.T) {
 	// etcd deletes the key with the revoked lease, and the deletion is
 	// what reaches the holder: it does not ask etcd why before it is lost.
 	revoke(t, op, s1)
-	err := checkLost(t, sig, 200*time.Millisecond, lockName, etcdlease.ErrKeyDeleted, "if it was revoked")
+	err := checkLost(t, sig, hang, lockName, etcdlease.ErrKeyDeleted, "if it was revoked")
 
 	next := checkNext(t, second, first, "second holder")
 	checkFenced(t, op, first, next)

@@ -19,8 +19,14 @@ import (
 )
 
 const (
-	// ttl is the TTL, in seconds, of every session of these tests.
+	// ttl is the TTL, in seconds, of most sessions of these tests.
 	ttl = 5
+	// longTTL is the TTL, in seconds, of a session whose revocation must
+	// reach its lease as the deletion of the key: the lease renews every
+	// TTL/6 and the session's client every TTL/3, and a renewal answered
+	// after the revocation would tell the loss first, as ErrSessionExpired
+	// or ErrSessionClosed. etcd's own default.
+	longTTL = 60
 	// hang bounds the waits that only guard against a hang; no test
 	// measures it.
 	hang = 10 * time.Second
@@ -87,6 +93,17 @@ func newSession(t *testing.T, srv *etcdtest.Server) *concurrency.Session {
 func newSessionOn(t *testing.T, cli *clientv3.Client) *concurrency.Session {
 	t.Helper()
 	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newLongSession returns a session of longTTL seconds on a client of its
+// own; it ends when the test ends and its client closes.
+func newLongSession(t *testing.T, srv *etcdtest.Server) *concurrency.Session {
+	t.Helper()
+	s, err := concurrency.NewSession(newClient(t, srv), concurrency.WithTTL(longTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
