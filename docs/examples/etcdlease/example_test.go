@@ -16,8 +16,10 @@ import (
 )
 
 // exampleSession starts an etcd server in a temporary folder and returns a
-// client of it, a session of that client with a TTL of 5 s, and the func
-// that stops the client and the server.
+// client of it, a session of that client with a TTL of 60 s, and the func
+// that stops the client and the server. No renewal of so long a TTL comes
+// within an example, so a revocation reaches the holder as the deletion of
+// its key, and never first as a renewal's answer that etcd has no lease.
 func exampleSession() (*clientv3.Client, *concurrency.Session, func()) {
 	dir, err := os.MkdirTemp("", "etcdlease-example")
 	if err != nil {
@@ -31,7 +33,7 @@ func exampleSession() (*clientv3.Client, *concurrency.Session, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
 	if err != nil {
 		log.Fatal(err)
 	}
