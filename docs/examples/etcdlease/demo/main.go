@@ -96,7 +96,9 @@ func run(out io.Writer) error {
 	tl.say("etcd", "serving on %s, data in a temporary folder", srv.Endpoint())
 
 	// Each party has its own client, as it would in its own process; they
-	// close before the server stops.
+	// close before the server stops. A session's TTL of 60 s puts its next
+	// renewal well after the demo's revocation, which A therefore hears as
+	// the deletion of its key, not as a renewal's answer.
 	var clients []*clientv3.Client
 	defer func() {
 		for _, c := range clients {
@@ -109,7 +111,7 @@ func run(out io.Writer) error {
 			return nil, err
 		}
 		clients = append(clients, cli)
-		return concurrency.NewSession(cli, concurrency.WithTTL(10))
+		return concurrency.NewSession(cli, concurrency.WithTTL(60))
 	}
 	sa, err := session()
 	if err != nil {
