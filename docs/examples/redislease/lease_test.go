@@ -122,10 +122,10 @@ func TestUnlockHandsOver(t *testing.T) {
 
 // TestOperatorWrites: a key deleted, overwritten, flushed or whose expiry
 // is shortened by another client loses the lease at once, with its cause:
-// by the push, within a second of the write, whatever the machine's load.
-// The lease renews every 4.5 s (a 10 s TTL), so one that learned only at
-// its next renewal would be lost a second or more after the write in most
-// trials, and in one of them at least.
+// by the push, whose read the loss names, within 3 s of the write however
+// loaded the machine. The lease renews every 4.5 s (a 10 s TTL), about
+// 4.4 s after the write: one that learned only at its next renewal would
+// name the renewal, and be lost later than that.
 func TestOperatorWrites(t *testing.T) {
 	slow := redislease.Config{TTL: 10 * time.Second, RenewPeriod: 4500 * time.Millisecond}
 	cases := []struct {
@@ -142,10 +142,12 @@ func TestOperatorWrites(t *testing.T) {
 		{"SET", redislease.ErrTakenOver, func(t *testing.T, key string) error {
 			return client(t, shared.Addr()).Set(t.Context(), key, "operator", 0).Err()
 		}},
-		// An expiry shorter than the margin: the lease is lost at once, not
-		// at the expiry less the margin.
-		{"PEXPIRE 150 ms", redislease.ErrExpired, func(t *testing.T, key string) error {
-			return client(t, shared.Addr()).PExpire(t.Context(), key, 150*time.Millisecond).Err()
+		// An expiry shorter than the margin (1 s, a tenth of the TTL): the
+		// lease is lost at once, not at the expiry less the margin. The push's
+		// read must find the key before it expires, or the cause is
+		// ErrDeleted: 800 ms, 200 ms under the margin, leaves it that long.
+		{"PEXPIRE 800 ms", redislease.ErrExpired, func(t *testing.T, key string) error {
+			return client(t, shared.Addr()).PExpire(t.Context(), key, 800*time.Millisecond).Err()
 		}},
 	}
 	for _, tc := range cases {
@@ -165,8 +167,11 @@ func TestOperatorWrites(t *testing.T) {
 				if !errors.As(err, &le) || !errors.Is(err, tc.cause) {
 					t.Fatalf("Err() = %v, want a *lost.Error wrapping %v", err, tc.cause)
 				}
-				if took >= time.Second {
-					t.Errorf("lost %v after the write, want less than a second: the push was missed: %v", took, err)
+				if !strings.Contains(err.Error(), "the read after an invalidation of the key") {
+					t.Errorf("Err() = %v, want a loss by the read after the push: the push was missed", err)
+				}
+				if took >= 3*time.Second {
+					t.Errorf("lost %v after the write, want less than 3 s: the push was not acted on at once: %v", took, err)
 				}
 				most = max(most, took)
 			}
