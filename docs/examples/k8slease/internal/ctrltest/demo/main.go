@@ -346,6 +346,14 @@ func run(out io.Writer) error {
 		return err
 	}
 	time.Sleep(500 * time.Millisecond) // replica-2 waits on the Lease
+	// The maintenance begins as a batch of replica-1's begins, so that the
+	// batch outlasts it (see steps): begun at a random write, it could end
+	// before the Lease comes free, and replica-1 would campaign again and
+	// race replica-2 for it. The second maintenance begins as replica-2's
+	// first batch does.
+	if at, err = tl.wait(tl.len(), "replica-1", "batch of"); err != nil {
+		return err
+	}
 
 	maintenance := func(from string) error {
 		n := tl.len()
