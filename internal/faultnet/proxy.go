@@ -48,8 +48,11 @@ func (d Direction) String() string {
 // concurrent use; a fault applies from the moment its method returns, to
 // the connections open then and to those accepted later.
 //
-// A stream whose bytes were dropped is broken for good: after Drop and
-// Heal, call [Proxy.Cut] so that the clients reconnect.
+// A stream whose bytes were dropped is broken for good: no protocol can
+// read past the hole. Once healed, the proxy resets such a connection at
+// the next byte it would forward in the direction that lost bytes, rather
+// than deliver the stream with a hole; call [Proxy.Cut] after Heal to reset
+// them all at once, so that the clients reconnect.
 type Proxy struct {
 	target string
 	ln     net.Listener
@@ -66,7 +69,8 @@ type Proxy struct {
 // server side.
 type pair struct {
 	client, server net.Conn
-	open           atomic.Int32 // directions not yet at their end
+	open           atomic.Int32  // directions not yet at their end
+	holes          atomic.Uint32 // the Directions that dropped bytes
 }
 
 func (p *pair) close() {
@@ -221,7 +225,13 @@ func (p *Proxy) forward(c *pair, src, dst net.Conn, dir Direction) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			drop, delay := p.faults(dir)
-			if !drop {
+			switch {
+			case drop:
+				c.holes.Or(uint32(dir))
+			case c.holes.Load()&uint32(dir) != 0:
+				// The bytes after a hole: the stream is broken.
+				err = errHole
+			default:
 				b := append([]byte(nil), buf[:n]...)
 				queue <- chunk{b: b, due: time.Now().Add(delay)}
 			}
@@ -254,6 +264,9 @@ func (p *Proxy) forget(c *pair) {
 	delete(p.conns, c)
 	p.mu.Unlock()
 }
+
+// errHole ends the forwarding of a stream that dropped bytes, with a reset.
+var errHole = errors.New("faultnet: bytes after a hole")
 
 // nopConn stands for a server side that was never dialed.
 type nopConn struct{ net.Conn }

@@ -199,6 +199,46 @@ func TestDrop(t *testing.T) {
 	}
 }
 
+// TestHealResetsAHole heals a drop: the connection that lost bytes is
+// reset at the next byte in the direction that lost them, and no byte
+// after the hole reaches the other end.
+func TestHealResetsAHole(t *testing.T) {
+	for _, dir := range []faultnet.Direction{faultnet.ToServer, faultnet.ToClient} {
+		t.Run(dir.String(), func(t *testing.T) {
+			s := startServer(t)
+			p := startProxy(t, s.ln.Addr().String())
+			c, r := dial(t, p)
+			if err := echo(c, r, "before"); err != nil {
+				t.Fatal(err)
+			}
+			p.Drop(dir)
+			if _, err := c.Write([]byte("during\n")); err != nil {
+				t.Fatal(err)
+			}
+			if dir == faultnet.ToClient {
+				s.waitReceived(t, 2) // its echo is the hole
+			}
+			silent(t, c, r, 100*time.Millisecond)
+			p.Heal()
+			// The write may meet the reset already; what matters is what
+			// the client reads.
+			c.Write([]byte("after\n"))
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got, err := r.ReadString('\n')
+			if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("after the heal, read %q, %v; want the connection reset", got, err)
+			}
+			if n, want := s.received(), map[faultnet.Direction]int{faultnet.ToServer: 1, faultnet.ToClient: 3}[dir]; n != want {
+				t.Errorf("the server received %d lines, want %d", n, want)
+			}
+			c2, r2 := dial(t, p)
+			if err := echo(c2, r2, "again"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func TestDropAppliesToNewConnections(t *testing.T) {
 	s := startServer(t)
 	p := startProxy(t, s.ln.Addr().String())
