@@ -284,7 +284,20 @@ func run(c runConfig) (check.Result, summary, error) {
 
 	start := history.Now()
 	r.schedule(time.Duration(c.seconds)*time.Second, kinds)
+	// Every fault is healed: a server that is not running crashed, and
+	// what the clients did after it tests no lease.
+	var crashed error
+	for _, s := range r.servers() {
+		select {
+		case <-s.done:
+			crashed = errors.Join(crashed, fmt.Errorf("the server process %s exited during the run, not by a fault", s.name))
+		default:
+		}
+	}
 	r.stopClients()
+	if crashed != nil {
+		return res, sum, crashed
+	}
 	for _, s := range r.servers() {
 		s.signal(syscall.SIGKILL)
 		<-s.done
