@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -96,17 +95,11 @@ func (r *runner) startEtcdCluster() (string, error) {
 // startMember starts m's process and returns a function that waits until
 // it serves.
 func (r *runner) startMember(m *member) (func() error, error) {
-	cmd := exec.Command(r.self, m.args...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
+	p, stdout, err := startPiped(m.name, exec.Command(r.self, m.args...))
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{name: m.name, cmd: cmd, done: make(chan struct{})}
+	cmd := p.cmd
 	r.mu.Lock()
 	m.proc = p
 	r.mu.Unlock()

@@ -73,20 +73,14 @@ func (r *runner) startRedisGroup(cluster bool) (string, error) {
 		kind = "cluster"
 	}
 	cmd := exec.Command(bin, "-kind", kind, "-dir", filepath.Join(r.dir, "server"))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return "", err
 	}
-	stdout, err := cmd.StdoutPipe()
+	p, stdout, err := startPiped("server", cmd)
 	if err != nil {
 		return "", err
 	}
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	p := &proc{name: "server", cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.done) }()
 	g := &redisGroup{cluster: cluster, in: stdin, out: bufio.NewScanner(stdout)}
 	if !g.out.Scan() {

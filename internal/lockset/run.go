@@ -441,17 +441,11 @@ func (r *runner) startServer() (string, error) {
 	if r.cluster {
 		return r.startEtcdCluster()
 	}
-	cmd := exec.Command(r.self, "server", "-issuer", r.issuer, "-dir", filepath.Join(r.dir, "server"), "-port", strconv.Itoa(r.serverPort))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
+	p, stdout, err := startPiped("server", exec.Command(r.self, "server", "-issuer", r.issuer, "-dir", filepath.Join(r.dir, "server"), "-port", strconv.Itoa(r.serverPort)))
 	if err != nil {
 		return "", err
 	}
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	p := &proc{name: "server", cmd: cmd, done: make(chan struct{})}
+	cmd := p.cmd
 	go func() { cmd.Wait(); close(p.done) }()
 	sc := bufio.NewScanner(stdout)
 	if !sc.Scan() {
@@ -472,6 +466,23 @@ func (r *runner) startServer() (string, error) {
 	r.server = p
 	r.mu.Unlock()
 	return endpoint, nil
+}
+
+// startPiped starts cmd as the process name, its standard error this
+// process's and its standard output a pipe the caller reads, killed if
+// this process dies. The caller waits for it, once done reading, and
+// closes its done.
+func startPiped(name string, cmd *exec.Cmd) (*proc, io.ReadCloser, error) {
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return &proc{name: name, cmd: cmd, done: make(chan struct{})}, stdout, nil
 }
 
 func (r *runner) startClient(side, lock, endpoint, register string, seed uint64) error {
