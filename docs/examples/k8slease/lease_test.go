@@ -161,7 +161,7 @@ func TestDeletionLosesTheLease(t *testing.T) {
 	if err := cs.CoordinationV1().Leases(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitLost(t, a, time.Second); !isLost(err, k8slease.ErrDeleted) {
+	if err := waitLost(t, a, 5*time.Second); !isLost(err, k8slease.ErrDeleted) {
 		t.Fatalf("Err() = %v, want ErrDeleted", err)
 	}
 }
@@ -177,7 +177,7 @@ func TestTokenGrowsAcrossDeletion(t *testing.T) {
 	if err := cs.CoordinationV1().Leases(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitLost(t, a, time.Second)
+	waitLost(t, a, 5*time.Second)
 	g := <-b
 	if g.err != nil {
 		t.Fatal(g.err)

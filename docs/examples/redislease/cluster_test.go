@@ -50,7 +50,7 @@ func TestCluster(t *testing.T) {
 			if err := cl.Del(t.Context(), tc.key).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := waitLost(t, g.l, time.Second); !errors.Is(err, redislease.ErrDeleted) {
+			if err := waitLost(t, g.l, lossWithin); !errors.Is(err, redislease.ErrDeleted) {
 				t.Fatalf("Err() = %v, want ErrDeleted", err)
 			}
 			g.l.Unlock(context.Background())
@@ -149,7 +149,7 @@ func TestClusterWaiterFollowsTheSlot(t *testing.T) {
 			if err := cl.Del(t.Context(), key).Err(); err != nil {
 				t.Fatal(err)
 			}
-			switch err := waitLost(t, a, time.Second); {
+			switch err := waitLost(t, a, lossWithin); {
 			case errors.Is(err, redislease.ErrRenewalUnconfirmed):
 				t.Logf("A lost at its deadline across the %s, before the DEL: %v", m.name, err)
 			case !errors.Is(err, redislease.ErrDeleted):
