@@ -82,7 +82,12 @@ func (r *runner) pgStart(i int, data string, first bool) error {
 	if err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// The log file is the child's once started.
+	if f, ok := cmd.Stdout.(*os.File); ok {
+		f.Close()
+	}
+	if err != nil {
 		return err
 	}
 	p := &proc{name: fmt.Sprintf("postgres-%d", i), cmd: cmd, done: make(chan struct{}), children: true}
