@@ -1,10 +1,10 @@
-# The controller-runtime issuer, in docs/examples/ctrllease, a module of its
+# The controller-runtime issuer, in issuers/ctrllease, a module of its
 # own so that users of k8slease never download controller-runtime. Its tests
-# on a real kube-apiserver live in docs/examples/k8slease/internal/ctrltest,
+# on a real kube-apiserver live in issuers/k8slease/internal/ctrltest,
 # an unpublished module beside the kubetest harness they import.
 
-CTRL_EXAMPLE := docs/examples/ctrllease
-CTRL_TEST    := docs/examples/k8slease/internal/ctrltest
+CTRL_EXAMPLE := issuers/ctrllease
+CTRL_TEST    := issuers/k8slease/internal/ctrltest
 
 .PHONY: e2e-ctrl demo-ctrl lint-ctrl
 

@@ -1,10 +1,10 @@
-# The etcd issuer, in docs/examples/etcdlease, a module of its own so that the
+# The etcd issuer, in issuers/etcdlease, a module of its own so that the
 # library never depends on etcd. Its tests start a real etcd server inside the
 # test process; the first run downloads etcd's dependency tree through the
 # module proxy. Neither target is part of `make test`: .ci/run calls
 # `make e2e` after it.
 
-ETCD_EXAMPLE := docs/examples/etcdlease
+ETCD_EXAMPLE := issuers/etcdlease
 
 .PHONY: e2e-etcd faults-etcd demo-etcd
 

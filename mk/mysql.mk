@@ -1,4 +1,4 @@
-# The MySQL/MariaDB issuer, in docs/examples/mysqllease, a module of its own
+# The MySQL/MariaDB issuer, in issuers/mysqllease, a module of its own
 # so that the library never depends on a database driver. Its tests, its
 # demo and its fault trials start real MariaDB servers from the binaries of
 # the Debian package mariadb-server (mariadb-install-db into a temporary
@@ -7,7 +7,7 @@
 # root with apt-get, and fails naming it otherwise. No target is part of
 # `make test`: .ci/run calls `make e2e` after it.
 
-MYSQL_EXAMPLE      := docs/examples/mysqllease
+MYSQL_EXAMPLE      := issuers/mysqllease
 MARIADBD           ?= /usr/sbin/mariadbd
 MARIADB_INSTALL_DB ?= /usr/bin/mariadb-install-db
 

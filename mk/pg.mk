@@ -1,4 +1,4 @@
-# The PostgreSQL issuer, in docs/examples/pglease, a module of its own so
+# The PostgreSQL issuer, in issuers/pglease, a module of its own so
 # that the library never depends on a database driver. Its tests, its demo
 # and its fault trials start real PostgreSQL servers from the binaries of the
 # Debian package postgresql (initdb into a temporary folder, a loopback
@@ -8,7 +8,7 @@
 # root with apt-get, and fails naming them otherwise. No target is part of
 # `make test`: .ci/run calls `make e2e` after it.
 
-PG_EXAMPLE := docs/examples/pglease
+PG_EXAMPLE := issuers/pglease
 PG_BIN     ?= /usr/lib/postgresql/15/bin
 PGBOUNCER  ?= /usr/sbin/pgbouncer
 

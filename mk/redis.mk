@@ -1,4 +1,4 @@
-# The Redis issuer, in docs/examples/redislease, a module of its own so that
+# The Redis issuer, in issuers/redislease, a module of its own so that
 # the library never depends on a Redis client. Its tests, its demo and its
 # fault trials start real servers from the binaries of the Debian packages
 # redis-server and redis-sentinel (Redis 7.0): standalone primaries, and
@@ -8,7 +8,7 @@
 # naming them otherwise. No target is part of `make test`: .ci/run calls
 # `make e2e` after it.
 
-REDIS_EXAMPLE  := docs/examples/redislease
+REDIS_EXAMPLE  := issuers/redislease
 REDIS_SERVER   ?= /usr/bin/redis-server
 REDIS_SENTINEL ?= /usr/bin/redis-sentinel
 

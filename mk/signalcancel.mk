@@ -7,7 +7,7 @@
 # are left out there: the library's tests forget cancels on purpose, to
 # measure what a forgotten cancel costs.
 
-SIGNALCANCEL_DIRS := . bench docs/examples/etcdlease docs/examples/pglease docs/examples/redislease docs/examples/mysqllease internal/lockset
+SIGNALCANCEL_DIRS := . bench issuers/etcdlease issuers/pglease issuers/redislease issuers/mysqllease internal/lockset
 
 TEST_STEPS += test-signalcancel
 

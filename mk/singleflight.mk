@@ -1,4 +1,4 @@
-# The single-flight group of docs/examples/singleflight lives in the root
+# The single-flight group of issuers/singleflight lives in the root
 # module (it needs only the standard library and the lease), so `make test`
 # and `make lint` cover it with the rest of the library. Its comparison with
 # golang.org/x/sync/singleflight lives in bench/singleflight, whose tests

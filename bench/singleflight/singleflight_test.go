@@ -9,7 +9,7 @@ import (
 
 	xsync "golang.org/x/sync/singleflight"
 
-	"github.com/zukhruf/lease/docs/examples/singleflight"
+	"github.com/zukhruf/lease/issuers/singleflight"
 	"github.com/zukhruf/lease/signal"
 )
 

@@ -4,7 +4,7 @@ import "github.com/zukhruf/lease/lost"
 
 // The calls in this file serve an owner that keeps a Lease inside a larger
 // struct of its own, in this module (the single-flight group of
-// docs/examples/singleflight), so that the lease costs no allocation of its
+// issuers/singleflight), so that the lease costs no allocation of its
 // own.
 
 // Init makes l, a zero Lease that no other goroutine can reach yet, a live

@@ -18,7 +18,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/zukhruf/lease/docs/examples/etcdlease"
+	"github.com/zukhruf/lease/issuers/etcdlease"
 	"github.com/zukhruf/lease/signal"
 )
 

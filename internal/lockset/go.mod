@@ -10,8 +10,8 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/zukhruf/lease v0.1.0
-	github.com/zukhruf/lease/docs/examples/etcdlease v0.1.0
-	github.com/zukhruf/lease/docs/examples/redislease v0.1.0
+	github.com/zukhruf/lease/issuers/etcdlease v0.1.0
+	github.com/zukhruf/lease/issuers/redislease v0.1.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/zap v1.27.1
@@ -87,9 +87,9 @@ require (
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
 	github.com/xiang90/probing v0.0.0-20221125231312-a49e3df8f510 // indirect
-	github.com/zukhruf/lease/docs/examples/k8slease v0.1.0
-	github.com/zukhruf/lease/docs/examples/mysqllease v0.1.0
-	github.com/zukhruf/lease/docs/examples/pglease v0.1.0
+	github.com/zukhruf/lease/issuers/k8slease v0.1.0
+	github.com/zukhruf/lease/issuers/mysqllease v0.1.0
+	github.com/zukhruf/lease/issuers/pglease v0.1.0
 	go.etcd.io/bbolt v1.5.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
@@ -124,12 +124,12 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace github.com/zukhruf/lease/docs/examples/etcdlease => ../../docs/examples/etcdlease
+replace github.com/zukhruf/lease/issuers/etcdlease => ../../issuers/etcdlease
 
-replace github.com/zukhruf/lease/docs/examples/redislease => ../../docs/examples/redislease
+replace github.com/zukhruf/lease/issuers/redislease => ../../issuers/redislease
 
-replace github.com/zukhruf/lease/docs/examples/pglease => ../../docs/examples/pglease
+replace github.com/zukhruf/lease/issuers/pglease => ../../issuers/pglease
 
-replace github.com/zukhruf/lease/docs/examples/mysqllease => ../../docs/examples/mysqllease
+replace github.com/zukhruf/lease/issuers/mysqllease => ../../issuers/mysqllease
 
-replace github.com/zukhruf/lease/docs/examples/k8slease => ../../docs/examples/k8slease
+replace github.com/zukhruf/lease/issuers/k8slease => ../../issuers/k8slease

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
-	"github.com/zukhruf/lease/docs/examples/k8slease"
+	"github.com/zukhruf/lease/issuers/k8slease"
 	"github.com/zukhruf/lease/internal/lockset/history"
 )
 
@@ -55,7 +55,7 @@ type kubeClientConfig struct {
 func (r *runner) startKube() (string, error) {
 	bin := os.Getenv(kubeServerEnv)
 	if bin == "" {
-		return "", fmt.Errorf("%s is not set: build docs/examples/k8slease/internal/kubetest/cmd/lockset-kube and name it there (make lockset ISSUER=k8s does)", kubeServerEnv)
+		return "", fmt.Errorf("%s is not set: build issuers/k8slease/internal/kubetest/cmd/lockset-kube and name it there (make lockset ISSUER=k8s does)", kubeServerEnv)
 	}
 	config := filepath.Join(r.dir, "kubeconfig.json")
 	cmd := exec.Command(bin, "-config", config)

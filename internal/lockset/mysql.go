@@ -18,7 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/zukhruf/lease/docs/examples/mysqllease"
+	"github.com/zukhruf/lease/issuers/mysqllease"
 	"github.com/zukhruf/lease/internal/lockset/history"
 )
 

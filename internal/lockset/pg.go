@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/zukhruf/lease/docs/examples/pglease"
+	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/internal/lockset/history"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/zukhruf/lease/docs/examples/redislease"
+	"github.com/zukhruf/lease/issuers/redislease"
 	"github.com/zukhruf/lease/internal/lockset/fakeclock"
 )
 

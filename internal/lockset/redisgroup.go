@@ -66,7 +66,7 @@ type redisGroup struct {
 func (r *runner) startRedisGroup(cluster bool) (string, error) {
 	bin := os.Getenv(redisGroupServerEnv)
 	if bin == "" {
-		return "", fmt.Errorf("%s is not set: build docs/examples/redislease/internal/redistest/cmd/lockset-redis and name it there (make lockset ISSUER=redis MIX=sentinel does)", redisGroupServerEnv)
+		return "", fmt.Errorf("%s is not set: build issuers/redislease/internal/redistest/cmd/lockset-redis and name it there (make lockset ISSUER=redis MIX=sentinel does)", redisGroupServerEnv)
 	}
 	// The runner's own questions to a stopped or killed server fail, as
 	// they should: go-redis need not log each.

@@ -26,23 +26,23 @@ func repo(t *testing.T, files map[string]string) string {
 
 const (
 	rootMod = "module example.com/lease\n\ngo 1.25\n"
-	nested  = "module example.com/lease/docs/examples/etcdlease\n\ngo 1.26.0\n\nrequire example.com/lease v0.1.0\n\nreplace example.com/lease => ../../..\n"
+	nested  = "module example.com/lease/issuers/etcdlease\n\ngo 1.26.0\n\nrequire example.com/lease v0.1.0\n\nreplace example.com/lease => ../..\n"
 )
 
 func TestReadVersions(t *testing.T) {
 	root := repo(t, map[string]string{
 		"go.mod":                         rootMod,
-		"docs/examples/etcdlease/go.mod": nested,
-		"versions.txt":                   "# comment\ndocs/examples/etcdlease v0.1.0 # next\n. v0.1.0\n",
+		"issuers/etcdlease/go.mod": nested,
+		"versions.txt":                   "# comment\nissuers/etcdlease v0.1.0 # next\n. v0.1.0\n",
 	})
 	mods, err := readVersions(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mods) != 2 || mods[0].Dir != "." || mods[1].Dir != "docs/examples/etcdlease" {
-		t.Fatalf("readVersions = %+v, want the root first, then docs/examples/etcdlease", mods)
+	if len(mods) != 2 || mods[0].Dir != "." || mods[1].Dir != "issuers/etcdlease" {
+		t.Fatalf("readVersions = %+v, want the root first, then issuers/etcdlease", mods)
 	}
-	if got, want := mods[1].Tag(), "docs/examples/etcdlease/v0.1.0"; got != want {
+	if got, want := mods[1].Tag(), "issuers/etcdlease/v0.1.0"; got != want {
 		t.Errorf("Tag() = %q, want %q", got, want)
 	}
 	if got, want := mods[0].Tag(), "v0.1.0"; got != want {
@@ -55,7 +55,7 @@ func TestReadVersionsRefuses(t *testing.T) {
 		name, versions, want string
 		files                map[string]string
 	}{
-		{name: "no root", versions: "docs/examples/etcdlease v0.1.0\n", want: `does not list the root module`},
+		{name: "no root", versions: "issuers/etcdlease v0.1.0\n", want: `does not list the root module`},
 		{name: "not canonical", versions: ". v0.1\n", want: `"v0.1" is not a canonical semantic version`},
 		{name: "twice", versions: ". v0.1.0\n. v0.1.0\n", want: "listed twice"},
 		{name: "not a module", versions: ". v0.1.0\nsignalcancel v0.1.0\n", want: "signalcancel is not a module"},
@@ -66,7 +66,7 @@ func TestReadVersionsRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			files := map[string]string{
 				"go.mod":                         rootMod,
-				"docs/examples/etcdlease/go.mod": nested,
+				"issuers/etcdlease/go.mod": nested,
 				"versions.txt":                   tc.versions,
 			}
 			for k, v := range tc.files {
@@ -83,8 +83,8 @@ func TestReadVersionsRefuses(t *testing.T) {
 func TestCheckRequiresNamesTheUnpublishedVersion(t *testing.T) {
 	root := repo(t, map[string]string{
 		"go.mod":                         rootMod,
-		"docs/examples/etcdlease/go.mod": strings.Replace(nested, "v0.1.0", "v0.0.0-00010101000000-000000000000", 1),
-		"versions.txt":                   ". v0.1.0\ndocs/examples/etcdlease v0.1.0\n",
+		"issuers/etcdlease/go.mod": strings.Replace(nested, "v0.1.0", "v0.0.0-00010101000000-000000000000", 1),
+		"versions.txt":                   ". v0.1.0\nissuers/etcdlease v0.1.0\n",
 	})
 	mods, err := readVersions(root)
 	if err != nil {
@@ -92,7 +92,7 @@ func TestCheckRequiresNamesTheUnpublishedVersion(t *testing.T) {
 	}
 	// GOPROXY=off: nothing is published anywhere.
 	err = checkRequires(mods, append(os.Environ(), "GOPROXY=off"))
-	want := "docs/examples/etcdlease requires example.com/lease v0.0.0-00010101000000-000000000000, which is neither the version this release makes (v0.1.0, versions.txt) nor published"
+	want := "issuers/etcdlease requires example.com/lease v0.0.0-00010101000000-000000000000, which is neither the version this release makes (v0.1.0, versions.txt) nor published"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("checkRequires = %v, want an error containing %q", err, want)
 	}

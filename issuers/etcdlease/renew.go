@@ -1,0 +1,423 @@
+package etcdlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The deadline rule. etcd counts a lease's TTL from the moment its leader
+// processes a renewal, and that moment comes after the client sent it. So
+// etcd may expire the session's lease no earlier than
+//
+//	send time of the last renewal etcd confirmed + the TTL etcd granted in that confirmation
+//
+// and the lease is lost at that time less a margin, unless a later renewal
+// was confirmed by then. The times are read from this process's monotonic
+// clock; the rule assumes that it and the clock of etcd's leader advance at
+// rates that differ by less than margin/TTL, and the margin also covers the
+// delay between the moment the deadline comes and the moment the loss is
+// made. A new leader counts every lease's TTL again from its election, plus
+// an election timeout, so a leader change only moves etcd's expiry later.
+// This is the rule of client-go's leader election, RenewDeadline <
+// LeaseDuration, anchored to the renewal's send time as
+// riverqueue/river#1213 does, and not to the arrival of the answer, as etcd's
+// client lessor does.
+
+const (
+	// defaultMarginDivisor sets the default margin: a tenth of the TTL etcd
+	// granted.
+	defaultMarginDivisor = 10
+	// renewalsPerTTL is how many renewals the lease sends per TTL. A renewal
+	// sent every TTL/6 keeps the lease through a round trip of up to
+	// TTL - TTL/6 - margin: with the default margin, about 0.73 TTL, and
+	// with latency of TTL/4 each way, a round trip of TTL/2, leaves TTL/4 to
+	// spare.
+	renewalsPerTTL = 6
+	// firstInterval paces the renewals before etcd has told the TTL.
+	firstInterval = 250 * time.Millisecond
+	// retryFirst is the pause before the first attempt to open a new
+	// renewal stream after one failed; each later pause, until a stream
+	// gets an answer, is twice the one before, at most retryMax and, once
+	// etcd told the TTL, the interval between two renewals: after the
+	// first few, at most one attempt a second.
+	retryFirst = 50 * time.Millisecond
+	retryMax   = time.Second
+
+	// MinMargin is the smallest margin [WithMargin] takes: the margin also
+	// covers the delay between the deadline and the moment this process
+	// runs its timer and makes the loss, which a shorter one cannot.
+	MinMargin = time.Millisecond
+)
+
+// An Option changes how [Lock] and [Campaign] keep a lease.
+type Option func(*options)
+
+type options struct {
+	margin time.Duration // < 0: the default
+}
+
+// WithMargin sets the margin of the local deadline: the lease is lost margin
+// before the earliest moment etcd may expire the session's etcd lease,
+// unless a renewal sent since was confirmed. The default is a tenth of the
+// TTL etcd granted. A margin must cover the difference between the rates of
+// this process's clock and etcd's over one TTL, and the delay with which this
+// process acts on a timer; [Lock] and [Campaign] refuse one of half the TTL
+// or more, which leaves the renewals no time to be confirmed.
+//
+// WithMargin panics if margin is negative; Lock and Campaign refuse a
+// margin under MinMargin.
+func WithMargin(margin time.Duration) Option {
+	if margin < 0 {
+		panic("etcdlease: WithMargin called with a negative margin")
+	}
+	return func(o *options) { o.margin = margin }
+}
+
+// renewer renews the etcd lease of a session on a keepalive stream of its
+// own, beside the session's, and keeps the local deadline: the send time of
+// the last renewal etcd confirmed, plus the TTL it granted, less the margin.
+// When the deadline comes, or etcd answers that it has no such lease, it
+// loses the lease it is attached to, from its own timer, whatever else the
+// lease is doing.
+type renewer struct {
+	lc     pb.LeaseClient
+	id     clientv3.LeaseID
+	margin time.Duration // < 0: the default
+
+	stop   context.CancelFunc
+	done   chan struct{} // closed when run returns
+	failed chan struct{} // closed when loss is set
+
+	mu       sync.Mutex
+	sent     time.Time     // send time of the last confirmed renewal
+	ttl      time.Duration // the TTL granted in that confirmation
+	deadline time.Time
+	timer    *time.Timer
+	loss     error       // set once: the deadline passed, etcd has no lease or refused to renew it
+	lose     func(error) // the attached lease's loss, nil before attach
+	last     error       // why the last renewal stream ended
+}
+
+// startRenewing starts renewing the etcd lease of s and returns once etcd
+// confirmed a first renewal, or told that it has no such lease (the renewer
+// then holds the loss), or ctx ended. The caller stops the renewer with
+// close, or hands it to a lease with attach.
+//
+// With withSession, startRenewing fails when s has ended, or ends before
+// the first confirmation.
+func startRenewing(ctx context.Context, s *concurrency.Session, opts []Option, withSession bool) (*renewer, error) {
+	o := options{margin: -1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.margin >= 0 && o.margin < MinMargin {
+		return nil, fmt.Errorf("margin %v is under its floor %v: it must also cover the delay with which this process runs its timer", o.margin, MinMargin)
+	}
+	if err := s.Client().Ctx().Err(); err != nil {
+		return nil, fmt.Errorf("the session's etcd client was closed: %w", err)
+	}
+	var ended <-chan struct{} // nil: the renewer may outlive the session, to tell why it ended
+	if withSession {
+		ended = s.Done()
+		select {
+		case <-ended:
+			return nil, fmt.Errorf("%w: session %x ended before Lock (closed, orphaned, or its etcd lease gone)", ErrSessionClosed, s.Lease())
+		default:
+		}
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	r := &renewer{
+		lc:     pb.NewLeaseClient(s.Client().ActiveConnection()),
+		id:     s.Lease(),
+		margin: o.margin,
+		stop:   stop,
+		done:   make(chan struct{}),
+		failed: make(chan struct{}),
+	}
+	first := make(chan struct{})
+	go r.run(rctx, first)
+	var err error
+	select {
+	case <-first:
+	case <-r.failed:
+	case <-ctx.Done():
+		err = fmt.Errorf("no renewal of etcd lease %x confirmed: %w", r.id, context.Cause(ctx))
+	case <-s.Client().Ctx().Done():
+		err = fmt.Errorf("no renewal of etcd lease %x confirmed: the client was closed", r.id)
+	case <-ended:
+		err = fmt.Errorf("%w: no renewal of etcd lease %x confirmed before the session ended: its client's own renewals went unanswered for its TTL, or it was closed",
+			ErrSessionClosed, r.id)
+	}
+	if err != nil {
+		r.close()
+		if last := r.lastErr(); last != nil {
+			err = fmt.Errorf("%w; the last renewal stream ended with: %w", err, last)
+		}
+		return nil, err
+	}
+	r.mu.Lock()
+	loss, ttl := r.loss, r.ttl
+	r.mu.Unlock()
+	if loss != nil && errors.Is(loss, ErrRenewalRefused) {
+		r.close()
+		return nil, loss
+	}
+	if loss == nil && r.margin >= ttl/2 {
+		r.close()
+		return nil, fmt.Errorf("margin %v is not less than half the TTL %v etcd granted", r.margin, ttl)
+	}
+	return r, nil
+}
+
+// lastErr returns why the last renewal stream ended, nil if none did.
+func (r *renewer) lastErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// grantedTTL returns the TTL etcd granted in the last confirmed renewal,
+// 0 if none was confirmed.
+func (r *renewer) grantedTTL() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ttl
+}
+
+// attach makes lose the loss of the lease the renewer keeps, and calls it at
+// once if the renewer already lost it.
+func (r *renewer) attach(lose func(error)) {
+	r.mu.Lock()
+	loss := r.loss
+	if loss == nil {
+		r.lose = lose
+	}
+	r.mu.Unlock()
+	if loss != nil {
+		lose(loss)
+	}
+}
+
+// close stops renewing and waits for the renewer's goroutines.
+func (r *renewer) close() {
+	r.stop()
+	<-r.done
+}
+
+// gone reports whether etcd answered that it has no lease of the session.
+func (r *renewer) gone() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.loss != nil && errors.Is(r.loss, ErrSessionExpired)
+}
+
+// lastConfirmed describes the last confirmed renewal and the deadline, for
+// the causes of a loss.
+func (r *renewer) lastConfirmed() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.describe()
+}
+
+func (r *renewer) describe() string {
+	return fmt.Sprintf("the last renewal of etcd lease %x that etcd confirmed was sent at %s with a TTL of %v: deadline %s (margin %v)",
+		r.id, clock(r.sent), r.ttl, clock(r.deadline), r.marginFor(r.ttl))
+}
+
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+func (r *renewer) marginFor(ttl time.Duration) time.Duration {
+	if r.margin >= 0 {
+		return r.margin
+	}
+	return ttl / defaultMarginDivisor
+}
+
+// confirm records that etcd confirmed, with a TTL of ttl, the renewal sent
+// at sent, and moves the deadline.
+func (r *renewer) confirm(sent time.Time, ttl time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loss != nil || !sent.After(r.sent) {
+		return
+	}
+	r.sent, r.ttl = sent, ttl
+	r.deadline = sent.Add(ttl - r.marginFor(ttl))
+	if r.timer == nil {
+		r.timer = time.AfterFunc(time.Until(r.deadline), r.expire)
+	} else {
+		r.timer.Reset(time.Until(r.deadline))
+	}
+}
+
+// expire loses the lease if its deadline has come: the timer's func.
+func (r *renewer) expire() {
+	r.mu.Lock()
+	if r.loss != nil || time.Now().Before(r.deadline) {
+		r.mu.Unlock() // a confirmation moved the deadline as the timer fired
+		return
+	}
+	r.fail(fmt.Errorf("%w: %s", ErrRenewalUnconfirmed, r.describe()))
+}
+
+// fail records loss, the first one, stops the timer and loses the attached
+// lease. r.mu is held and fail releases it, so that the loss is made outside.
+func (r *renewer) fail(loss error) {
+	if r.loss != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.loss = loss
+	close(r.failed)
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	lose := r.lose
+	r.mu.Unlock()
+	r.stop()
+	if lose != nil {
+		lose(loss)
+	}
+}
+
+// interval returns the time between two renewals.
+func (r *renewer) interval() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ttl == 0 {
+		return firstInterval
+	}
+	return r.ttl / renewalsPerTTL
+}
+
+// run renews the lease until ctx ends or the lease is lost, on one stream
+// after another; first is closed at the first answer.
+func (r *renewer) run(ctx context.Context, first chan struct{}) {
+	defer close(r.done)
+	defer func() {
+		r.mu.Lock()
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+		r.mu.Unlock()
+	}()
+	pause := retryFirst
+	for ctx.Err() == nil {
+		answered, err := r.stream(ctx, &first)
+		if ctx.Err() != nil {
+			return
+		}
+		r.mu.Lock()
+		r.last = err
+		if status.Code(err) == codes.PermissionDenied {
+			// etcd refuses to renew a lease whose keys the role may no
+			// longer write: it will expire it, and retrying asks in
+			// vain. A false loss if the permission comes back in time.
+			r.fail(fmt.Errorf("%w: etcd refused to renew etcd lease %x: %w", ErrRenewalRefused, r.id, err))
+			return
+		}
+		r.mu.Unlock()
+		if answered {
+			pause = retryFirst
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		pause = min(2*pause, retryMax)
+		r.mu.Lock()
+		if r.ttl > 0 {
+			pause = min(pause, r.ttl/renewalsPerTTL) // no later than the next renewal was due
+		}
+		r.mu.Unlock()
+	}
+}
+
+// stream renews the lease on one keepalive stream until the stream fails or
+// ctx ends, and returns whether etcd answered on it and why it ended. Each
+// answer is matched to the oldest renewal not yet answered: etcd answers the
+// renewals of a stream in order.
+func (r *renewer) stream(ctx context.Context, first *chan struct{}) (answered bool, ended error) {
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	st, err := r.lc.LeaseKeepAlive(sctx)
+	if err != nil {
+		return false, fmt.Errorf("open a renewal stream: %w", err)
+	}
+	answers := make(chan *pb.LeaseKeepAliveResponse)
+	failed := make(chan struct{})
+	var recvErr error // set before failed is closed
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(failed)
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				recvErr = err
+				return
+			}
+			select {
+			case answers <- resp:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+
+	var sent []time.Time // the send times of the renewals not yet answered
+	send := func() error {
+		sent = append(sent, time.Now()) // before the send: never later than etcd's receipt
+		return st.Send(&pb.LeaseKeepAliveRequest{ID: int64(r.id)})
+	}
+	if err := send(); err != nil {
+		return false, fmt.Errorf("send a renewal: %w", err)
+	}
+	every := r.interval()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sctx.Done():
+			return answered, sctx.Err()
+		case <-failed:
+			return answered, fmt.Errorf("receive a renewal's answer: %w", recvErr)
+		case <-tick.C:
+			if err := send(); err != nil {
+				return answered, fmt.Errorf("send a renewal: %w", err)
+			}
+		case resp := <-answers:
+			answered = true
+			at := sent[0]
+			sent = sent[1:]
+			if resp.TTL <= 0 {
+				r.mu.Lock()
+				r.fail(fmt.Errorf("%w: etcd has no lease %x any more: it answered so the renewal sent at %s",
+					ErrSessionExpired, r.id, clock(at)))
+			} else {
+				r.confirm(at, time.Duration(resp.TTL)*time.Second)
+			}
+			if *first != nil {
+				close(*first)
+				*first = nil
+			}
+			if d := r.interval(); d != every {
+				every = d
+				tick.Reset(every)
+			}
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package k8slease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// renewRetryMax bounds the pause before a failed renewal is sent again:
+// the pause doubles from 100 ms, so that a single failure costs 100 ms and
+// an apiserver that refuses every request (429, 5xx, 401 while a token
+// rotates) gets at most one renewal a second from each lease, the rate at
+// which a renewal can move the deadline, but for the few tries that
+// retryBefore packs into the last second before the deadline.
+const renewRetryMax = time.Second
+
+// renew renews the record until ctx ends or the lease is lost. cur is the
+// Lease as the write that gave it to this holder left it.
+//
+// Renewals are sent one at a time, each an Update carrying the
+// resourceVersion of the last version this holder wrote or read. A renewal
+// whose answer did not come may still have been applied; the next one then
+// meets a conflict, and the read that follows shows whether the record is
+// still this holder's, and which of its renewals it holds: a renewal found
+// there is confirmed by that read.
+func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) {
+	retries := backoff{max: renewRetryMax}
+	var unanswered []time.Time // renewals sent since the last one confirmed
+	next := nextRenewal(l.acquired, l.cfg.RenewPeriod)
+	t := time.NewTimer(time.Until(next))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// A request is abandoned at the deadline: its answer could no
+		// longer move it.
+		rctx, cancel := context.WithDeadline(ctx, l.deadline.current())
+		sent := time.Now() // before the send: never later than the apiserver's receipt
+		got, err := l.leases.Update(rctx, l.record(cur, sent), metav1.UpdateOptions{})
+		applied := err == nil
+		if err != nil && apierrors.IsConflict(err) {
+			// sent was not applied; one of the renewals before it may have been.
+			got, err = l.reread(rctx, unanswered)
+		}
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			cur, unanswered = got, unanswered[:0]
+			retries.reset()
+			if !applied {
+				t.Reset(0) // again at once, on the version just read
+				continue
+			}
+			l.deadline.confirm(sent)
+			t.Reset(time.Until(nextRenewal(sent, l.cfg.RenewPeriod)))
+		case isGone(err):
+			return // reread lost the lease
+		default:
+			unanswered = append(unanswered, sent)
+			if apierrors.IsNotFound(err) {
+				l.lose(fmt.Errorf("%w: %s not found by the renewal sent at %s", ErrDeleted, l.ctrl.Subject(), clock(sent)))
+				return
+			}
+			if refused(err) {
+				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
+				return
+			}
+			t.Reset(retryBefore(&retries, time.Until(l.deadline.current())))
+		}
+	}
+}
+
+// retryFloor is the shortest pause retryBefore gives.
+const retryFloor = 25 * time.Millisecond
+
+// retryBefore returns the pause before a failed renewal is sent again: the
+// backoff's, but at most half the time left before the deadline (and no
+// less than retryFloor), so that a lease of 2 s whose renewals failed in
+// a blip still tries a few times while a confirmation can move its deadline,
+// not once 95 ms before it.
+func retryBefore(b *backoff, left time.Duration) time.Duration {
+	return min(b.pause(), max(left/2, retryFloor))
+}
+
+// errGone reports that reread lost the lease.
+var errGone = fmt.Errorf("k8slease: lost")
+
+func isGone(err error) bool { return err == errGone }
+
+// reread reads the Lease after a renewal met a conflict: someone else wrote
+// it, or a renewal in sent, whose answer did not come, was applied. It loses
+// the lease if the record names another holder or the Lease is gone, and
+// otherwise returns the Lease read, after confirming the renewal of sent it
+// holds, if any.
+func (l *Lease) reread(ctx context.Context, sent []time.Time) (*coordinationv1.Lease, error) {
+	got, err := l.leases.Get(ctx, l.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		l.lose(fmt.Errorf("%w: a renewal met a conflict, and the read that followed found no Lease", ErrDeleted))
+		return nil, errGone
+	case err != nil:
+		return nil, err
+	case l.notOurs(got):
+		l.lose(fmt.Errorf("%w: a renewal met a conflict, and the read that followed found %s", ErrTakenOver, describe(got)))
+		return nil, errGone
+	}
+	for _, s := range sent {
+		if renewedAt(got, s) {
+			l.deadline.confirm(s)
+		}
+	}
+	return got, nil
+}
+
+// refused reports whether err is a refusal that no retry mends.
+func refused(err error) bool {
+	// 401 is left to the deadline: a token being rotated answers it for a
+	// while.
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}

@@ -1,0 +1,223 @@
+package mysqllease
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// The defaults of [Config].
+const (
+	DefaultServerTimeout = 10 * time.Second
+	DefaultHeartbeat     = time.Second
+	DefaultMargin        = 5 * time.Second
+)
+
+// The bounds of [Config]'s durations, which Lock checks: a value out of
+// range is refused, never rounded to one that means something else.
+const (
+	// MinHeartbeat is the shortest Heartbeat: each heartbeat is a statement
+	// the server runs.
+	MinHeartbeat = 10 * time.Millisecond
+
+	// MaxServerTimeout is the longest ServerTimeout, 31,536,000 s (365
+	// days), the ceiling of wait_timeout.
+	MaxServerTimeout = 31536000 * time.Second
+)
+
+// MaxNameLen is the longest lock name, in characters, that Lock sends to
+// the server as it is: MySQL refuses a longer one (ER_USER_LOCK_WRONG_NAME).
+// A longer subject is hashed (see [Config.LockName]), never cut.
+const MaxNameLen = 64
+
+// Config sets how a lease confirms its session. The zero Config uses the
+// defaults; [Lock] is Config{}.Lock.
+//
+// The deadline rule: Lock sets the session's wait_timeout (and the other
+// timeouts that end a session) to ServerTimeout, so the server keeps a
+// silent session, and its lock, for at least ServerTimeout after it last
+// heard from it, which it did after the lease sent its last confirmed
+// heartbeat. The lease is lost once no heartbeat sent in the last
+// ServerTimeout − Margin has been confirmed: before the server may free the
+// lock, by Margin, as long as the two machines' clocks run at the same rate
+// (they measure intervals, not instants). Go's monotonic clock stops while
+// the client's host is suspended: a lease of a suspended host outlives the
+// server's timeout by the time the host slept.
+//
+// The durations must keep MinHeartbeat ≤ Heartbeat < (ServerTimeout −
+// Margin)/2, 0 < Margin < ServerTimeout ≤ MaxServerTimeout, and ServerTimeout a
+// whole number of seconds (wait_timeout counts seconds); Lock refuses any
+// other Config with an error that names the field and its bound.
+type Config struct {
+	// ServerTimeout is the session's wait_timeout: how long the server
+	// keeps a silent session, and its lock (DefaultServerTimeout if zero).
+	// Lock also sets interactive_timeout, net_read_timeout and
+	// net_write_timeout to it, so that no timeout of the server ends the
+	// session sooner.
+	ServerTimeout time.Duration
+
+	// Heartbeat is how long each heartbeat stays pending on the server
+	// (DefaultHeartbeat if zero): a heartbeat is SELECT SLEEP(Heartbeat),
+	// and the next one is sent when it returns, so a read is pending on the
+	// connection all the time and a KILL or the end of the connection is
+	// seen at once. A heartbeat is confirmed a Heartbeat and a round trip
+	// after its send, and the next one a Heartbeat and a round trip later,
+	// so two of them must fit in the deadline, ServerTimeout − Margin:
+	// Heartbeat must be shorter than half of it, and a round trip longer
+	// than half of it less Heartbeat loses the lease for nothing.
+	// [Lease.Unlock] interrupts the pending heartbeat with KILL QUERY.
+	Heartbeat time.Duration
+
+	// Margin is how long before the server may free a silent session's
+	// lock the lease is lost (DefaultMargin if zero); ServerTimeout −
+	// Margin is the lease's deadline. It must be shorter than ServerTimeout.
+	Margin time.Duration
+
+	// Fence, if not empty, names a table (name VARCHAR(255) PRIMARY KEY,
+	// token BIGINT NOT NULL) in which Lock takes the lease's fencing token,
+	// in the lease's session once the lock is granted: see [Lease.Token].
+	// It is "table" (in the connection's default database) or
+	// "database.table", each part 1 to 64 characters without a backtick.
+	Fence string
+
+	// Secret, if not empty, keys the derivation of the lock's name from
+	// the subject: see [Config.LockName]. Every process that takes the same
+	// locks must use the same secret.
+	Secret []byte
+}
+
+// withDefaults returns c with the defaults for its zero fields, or an error
+// naming the field that is out of range.
+func (c Config) withDefaults() (Config, error) {
+	if c.ServerTimeout == 0 {
+		c.ServerTimeout = DefaultServerTimeout
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.Margin == 0 {
+		c.Margin = DefaultMargin
+	}
+	switch {
+	case c.ServerTimeout < time.Second:
+		return c, fmt.Errorf("Config.ServerTimeout %v is under 1s: wait_timeout counts whole seconds, and its floor is 1", c.ServerTimeout)
+	case c.ServerTimeout > MaxServerTimeout:
+		return c, fmt.Errorf("Config.ServerTimeout %v is over its ceiling %v, wait_timeout's", c.ServerTimeout, MaxServerTimeout)
+	case c.ServerTimeout%time.Second != 0:
+		return c, fmt.Errorf("Config.ServerTimeout %v is not a whole number of seconds: wait_timeout counts whole seconds", c.ServerTimeout)
+	case c.Margin < 0:
+		return c, fmt.Errorf("Config.Margin %v is negative: the lease would be lost after the server may free the lock", c.Margin)
+	case c.Margin >= c.ServerTimeout:
+		return c, fmt.Errorf("Config.Margin %v is not shorter than Config.ServerTimeout %v: the lease would have no time at all", c.Margin, c.ServerTimeout)
+	case c.Heartbeat < MinHeartbeat:
+		return c, fmt.Errorf("Config.Heartbeat %v is under its floor %v: each heartbeat is a statement the server runs", c.Heartbeat, MinHeartbeat)
+	case 2*c.Heartbeat >= c.ServerTimeout-c.Margin:
+		return c, fmt.Errorf("Config.Heartbeat %v is not shorter than half the deadline, (Config.ServerTimeout − Config.Margin)/2 = %v: a heartbeat is confirmed a Heartbeat and a round trip after it is sent, and the next one's confirmation must come within the deadline of the last one's send", c.Heartbeat, (c.ServerTimeout-c.Margin)/2)
+	}
+	if c.Fence != "" {
+		if _, err := fenceTable(c.Fence); err != nil {
+			return c, fmt.Errorf("Config.Fence: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// deadline is how long after its send time a confirmed heartbeat keeps
+// the lease live.
+func (c Config) deadline() time.Duration { return c.ServerTimeout - c.Margin }
+
+// seconds returns d in seconds, as SQL: "1.5".
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+}
+
+// fenceTable returns the quoted name of the fencing table, or an error if
+// the name is not one MySQL would take as written.
+func fenceTable(name string) (string, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", fmt.Errorf("%s has %d parts, want 1 or 2 (table or database.table)", quote(name), len(parts))
+	}
+	for i, p := range parts {
+		switch {
+		case p == "":
+			return "", fmt.Errorf("%s has an empty part", quote(name))
+		case utf8.RuneCountInString(p) > 64:
+			return "", fmt.Errorf("the part %s is over MySQL's 64 characters", quote(p))
+		case !utf8.ValidString(p) || strings.ContainsAny(p, "`\x00"):
+			return "", fmt.Errorf("the part %s is not valid UTF-8 without a backtick or a NUL byte", quote(p))
+		}
+		parts[i] = "`" + p + "`"
+	}
+	return strings.Join(parts, "."), nil
+}
+
+// LockName returns the name of the server's lock for subject:
+// Config{}.LockName(subject).
+func LockName(subject string) (string, error) { return Config{}.LockName(subject) }
+
+// LockName returns the name of the server's lock for subject. Without a
+// Secret, it is subject itself when subject has 1 to [MaxNameLen]
+// characters; a longer subject becomes "mysqllease:" and the hex of the
+// first 26 bytes of its SHA-256 (63 characters), never subject cut short,
+// which would give two subjects one lock. With a Secret, every subject
+// becomes "mysqllease:" and the hex of 26 bytes of its HMAC-SHA-256 under
+// the secret: a user who picks subjects cannot name another lock of the
+// server. LockName refuses an empty subject and one that is not valid
+// UTF-8 or holds a NUL byte, which the server would not name as given.
+//
+// GET_LOCK's names are case-sensitive on MariaDB and case-insensitive on
+// MySQL: on MySQL, subjects that differ only in case share a lock (a Secret
+// keeps them apart).
+func (c Config) LockName(subject string) (string, error) {
+	switch {
+	case subject == "":
+		return "", errors.New("an empty subject, which GET_LOCK refuses")
+	case !utf8.ValidString(subject) || strings.ContainsRune(subject, 0):
+		return "", fmt.Errorf("the subject %s is not valid UTF-8 without a NUL byte", quote(subject))
+	}
+	if c.Secret == nil && utf8.RuneCountInString(subject) <= MaxNameLen {
+		return subject, nil
+	}
+	var sum []byte
+	if c.Secret != nil {
+		m := hmac.New(sha256.New, c.Secret)
+		m.Write([]byte(subject))
+		sum = m.Sum(nil)
+	} else {
+		s := sha256.Sum256([]byte(subject))
+		sum = s[:]
+	}
+	return hashPrefix + hex.EncodeToString(sum[:26]), nil
+}
+
+const hashPrefix = "mysqllease:"
+
+// maxQuoted is how many bytes of a caller's string an error quotes.
+const maxQuoted = 64
+
+// quote returns s quoted for an error, cut to its first maxQuoted bytes
+// (at a character's start) and marked with "…" when longer: an error
+// names a subject, it does not carry it.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	n := maxQuoted
+	for n > maxQuoted-utf8.UTFMax && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strconv.Quote(s[:n]) + "…"
+}
+
+// literal returns s as a SQL string literal that no sql_mode reads
+// otherwise: a hex literal converted to utf8mb4.
+func literal(s string) string {
+	return "CONVERT(X'" + hex.EncodeToString([]byte(s)) + "' USING utf8mb4)"
+}

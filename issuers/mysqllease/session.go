@@ -1,0 +1,314 @@
+package mysqllease
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// A session is the lease's own connection, taken out of the pool with
+// db.Conn and never given back: a session's timeouts and locks must not
+// reach the pool's other users. Every statement on it is a text-protocol
+// query (no arguments, so no prepared statement and no setting of the DSN
+// changes it) whose last two columns are CONNECTION_ID() and the session's
+// mark, both checked: a statement answered by any other server session is
+// an error wrapping ErrPooled.
+type session struct {
+	db      *sql.DB
+	conn    *sql.Conn
+	id      int64         // CONNECTION_ID(), read by check
+	mark    string        // the session's mark, a user variable set by probe
+	mariadb bool          // VERSION() says MariaDB
+	server  string        // @@hostname:@@port/@@server_id
+	grace   time.Duration // how long the KILL of a failed Lock may take
+	bound   time.Duration // how long the probe waits for a second connection
+}
+
+// markVar is the user variable that marks the lease's session: a user
+// variable lives as long as its session, and no other session reads it.
+const markVar = "@mysqllease_mark"
+
+// tail is the end of every statement's select list.
+const tail = ", CONNECTION_ID(), " + markVar
+
+// serverSQL names the server a session is on: its host name, port and
+// server_id.
+const serverSQL = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
+
+// errElsewhere is the error of a statement answered by another session.
+var errElsewhere = fmt.Errorf("%w: a statement was answered by another server session than the lease's, or by one without its mark", ErrPooled)
+
+// row runs query, whose select list ends with tail, on the session, scans
+// its first columns into dest and checks the last two.
+func (s *session) row(ctx context.Context, query string, dest ...any) error {
+	var id int64
+	var mark sql.NullString
+	if err := s.conn.QueryRowContext(ctx, query).Scan(append(dest, &id, &mark)...); err != nil {
+		return err
+	}
+	if id != s.id || (s.mark != "" && mark.String != s.mark) {
+		return errElsewhere
+	}
+	return nil
+}
+
+// check reads the session and the server, and refuses a server whose locks
+// would not be the primary's, or a session that already holds the lock.
+func (s *session) check(ctx context.Context, name string) error {
+	var version, server string
+	var holder sql.NullInt64
+	err := s.conn.QueryRowContext(ctx,
+		"SELECT CONNECTION_ID(), VERSION(), "+serverSQL+", IS_USED_LOCK("+literal(name)+")").
+		Scan(&s.id, &version, &server, &holder)
+	if err != nil {
+		return fmt.Errorf("read the session: %w", err)
+	}
+	s.mariadb = strings.Contains(version, "MariaDB")
+	s.server = server
+	rows, err := s.conn.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'super_read_only', 'wsrep_on')")
+	if err != nil {
+		return fmt.Errorf("read the server's variables: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return fmt.Errorf("read the server's variables: %w", err)
+		}
+		if v != "ON" && v != "1" {
+			continue
+		}
+		switch k {
+		case "read_only", "super_read_only":
+			return fmt.Errorf("%w: %s is %s", ErrReplica, k, v)
+		case "wsrep_on":
+			return fmt.Errorf("%w: %s is %s", ErrGalera, k, v)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the server's variables: %w", err)
+	}
+	if holder.Valid && holder.Int64 == s.id {
+		return fmt.Errorf("%w: session %d", ErrHeld, s.id)
+	}
+	return nil
+}
+
+// probe marks the session, then checks from a second connection of the
+// pool that the mark and the session's id are not seen there, and from the
+// session that they are: a pooler that shares server sessions shows one of
+// them to both. It runs before the session's timeouts are set, which such a
+// pooler would hand to its other clients.
+func (s *session) probe(ctx context.Context) error {
+	var b [16]byte
+	rand.Read(b[:])
+	mark := hex.EncodeToString(b[:])
+	if _, err := s.conn.ExecContext(ctx, "SET "+markVar+" = '"+mark+"'"); err != nil {
+		return fmt.Errorf("mark the session: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.bound)
+	defer cancel()
+	other, err := s.db.Conn(pctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			return fmt.Errorf("probe: no second connection of the pool within %v (a Lock in progress needs two; is the pool's MaxOpenConns too small for the Locks and leases it serves?): %w", s.bound, err)
+		}
+		return fmt.Errorf("probe: take a second connection: %w", err)
+	}
+	defer other.Close()
+	var id int64
+	var seen sql.NullString
+	if err := other.QueryRowContext(ctx, "SELECT CONNECTION_ID(), "+markVar).Scan(&id, &seen); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	if id == s.id || seen.String == mark {
+		return fmt.Errorf("%w: a second connection of the pool reached the lease's session %d", ErrPooled, s.id)
+	}
+	s.mark = mark
+	if err := s.row(ctx, "SELECT 1"+tail, new(int)); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	return nil
+}
+
+// set sets the session's timeouts: the server keeps it ServerTimeout after
+// it last heard from it, and nothing else ends it or cuts a statement.
+func (s *session) set(ctx context.Context, c Config) error {
+	t := strconv.FormatInt(int64(c.ServerTimeout/time.Second), 10)
+	vars := []string{
+		"wait_timeout = " + t, "interactive_timeout = " + t,
+		"net_read_timeout = " + t, "net_write_timeout = " + t,
+		"autocommit = 1",
+		"lock_wait_timeout = 31536000", "innodb_lock_wait_timeout = 1073741824",
+	}
+	if s.mariadb {
+		vars = append(vars, "max_statement_time = 0",
+			"idle_transaction_timeout = 0", "idle_readonly_transaction_timeout = 0", "idle_write_transaction_timeout = 0")
+	} else {
+		vars = append(vars, "max_execution_time = 0")
+	}
+	if _, err := s.conn.ExecContext(ctx, "SET SESSION "+strings.Join(vars, ", ")); err != nil {
+		return fmt.Errorf("set the session's timeouts: %w", err)
+	}
+	return nil
+}
+
+// wait takes the lock with GET_LOCK in steps of step, each a statement
+// answered within step + bound or the session is taken for silent. It
+// returns the send time of the statement that took the lock.
+func (s *session) wait(ctx context.Context, name string, step, bound time.Duration) (time.Time, error) {
+	if !s.mariadb {
+		// MySQL reads GET_LOCK's timeout as whole seconds.
+		step = max(time.Second, (step+time.Second-1)/time.Second*time.Second)
+	}
+	q := "SELECT GET_LOCK(" + literal(name) + ", " + seconds(step) + ")" + tail
+	for {
+		sent := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, step+bound)
+		var got sql.NullInt64
+		err := s.row(sctx, q, &got)
+		silent := sctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return time.Time{}, fmt.Errorf("the wait was cut by its context: %w", context.Cause(ctx))
+		case silent:
+			return time.Time{}, fmt.Errorf("%w: a step of the wait (GET_LOCK for %v) was not answered within %v more", ErrUnresponsive, step, bound)
+		case err != nil:
+			return time.Time{}, fmt.Errorf("wait: %w", causeOf(err))
+		case !got.Valid:
+			return time.Time{}, fmt.Errorf("wait: %w: GET_LOCK returned NULL: the server interrupted it", ErrKilled)
+		case got.Int64 == 1:
+			return sent, nil
+		}
+	}
+}
+
+// checkFence runs the fencing statement on table (quoted) without writing
+// a row: the server checks the table, its columns and the user's INSERT and
+// UPDATE privileges, so that a mistake fails Lock before it waits for the
+// lock.
+func (s *session) checkFence(ctx context.Context, table, name string) error {
+	_, err := s.conn.ExecContext(ctx, "INSERT INTO "+table+" (name, token) SELECT "+literal(name)+
+		", 0 FROM DUAL WHERE 1 = 0 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)")
+	if err != nil {
+		return fmt.Errorf("fencing table %s: %w", table, err)
+	}
+	return nil
+}
+
+// fence increments the lock's row of table (quoted) in the session and
+// returns the new token.
+func (s *session) fence(ctx context.Context, table, name string) (int64, error) {
+	res, err := s.conn.ExecContext(ctx, "INSERT INTO "+table+" (name, token) VALUES ("+literal(name)+
+		", LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)")
+	if err != nil {
+		return 0, fmt.Errorf("fencing token from %s: %w", table, err)
+	}
+	token, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("fencing token from %s: %w", table, err)
+	}
+	return token, nil
+}
+
+// confirm checks that the session holds the lock, and that its last
+// insert id is token (when not 0): the first confirmation of a lease.
+func (s *session) confirm(ctx context.Context, name string, token int64) error {
+	var holder sql.NullInt64
+	var last int64
+	if err := s.row(ctx, "SELECT IS_USED_LOCK("+literal(name)+"), LAST_INSERT_ID()"+tail, &holder, &last); err != nil {
+		return fmt.Errorf("confirm the grant: %w", causeOf(err))
+	}
+	if !holder.Valid || holder.Int64 != s.id {
+		return fmt.Errorf("confirm the grant: the lock is held by %v, not by the lease's session %d", holder, s.id)
+	}
+	if token != 0 && last != token {
+		return fmt.Errorf("confirm the grant: the fencing token read back is %d, not %d", last, token)
+	}
+	return nil
+}
+
+// release releases the lock in the session and reports whether the session
+// held it.
+func (s *session) release(ctx context.Context, name string) error {
+	var got sql.NullInt64
+	if err := s.row(ctx, "SELECT RELEASE_LOCK("+literal(name)+")"+tail, &got); err != nil {
+		return err
+	}
+	if !got.Valid || got.Int64 != 1 {
+		return fmt.Errorf("RELEASE_LOCK returned %v: the session did not hold the lock", got)
+	}
+	return nil
+}
+
+// kill sends KILL QUERY (or KILL CONNECTION) for the session through
+// another connection of the pool, once that connection shows the session's
+// server: behind a load balancer, a session id of another server names
+// another session. A user may kill its own sessions without a privilege.
+func (s *session) kill(ctx context.Context, what string) error {
+	if s.id == 0 {
+		return errors.New("no session id")
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var server string
+	if err := conn.QueryRowContext(ctx, "SELECT "+serverSQL).Scan(&server); err != nil {
+		return err
+	}
+	if server != s.server {
+		return fmt.Errorf("the pool's connection is on %s, not on the lease's server %s: no KILL sent", server, s.server)
+	}
+	_, err = conn.ExecContext(ctx, "KILL "+what+" "+strconv.FormatInt(s.id, 10))
+	return err
+}
+
+// discard closes the session's connection for good: the pool does not get
+// it back, and the server ends the session when it sees the close.
+func (s *session) discard() {
+	s.conn.Raw(func(any) error { return driver.ErrBadConn })
+	s.conn.Close()
+}
+
+// abandon ends the session of a Lock that failed: KILL CONNECTION, bounded
+// by the grace, so that neither a waiter nor a lock is left on the server,
+// then the close.
+func (s *session) abandon() {
+	if s.id != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), s.grace)
+		s.kill(ctx, "CONNECTION")
+		cancel()
+	}
+	s.discard()
+}
+
+// causeOf returns the cause of a loss for err, the error of a statement of
+// the lease's session, wrapped with err.
+func causeOf(err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1317, 1927: // ER_QUERY_INTERRUPTED, ER_CONNECTION_KILLED
+			return fmt.Errorf("%w: %w", ErrKilled, err)
+		case 1053: // ER_SERVER_SHUTDOWN
+			return fmt.Errorf("%w: %w", ErrShutdown, err)
+		}
+		return err
+	}
+	if errors.Is(err, ErrPooled) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrConnLost, err)
+}

@@ -1,0 +1,203 @@
+package pglease
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The defaults of [Config].
+const (
+	DefaultHeartbeat     = time.Second
+	DefaultDeadline      = 5 * time.Second
+	DefaultServerTimeout = 10 * time.Second
+)
+
+// The floors and ceilings of [Config]'s durations, which Lock checks: a
+// value out of range is refused, never rounded to one that means something
+// else.
+const (
+	// MinHeartbeat is the shortest Heartbeat. Each heartbeat is a statement
+	// the server runs: at this floor a lease sends 100 a second, and a
+	// shorter period costs the server more than it tells the holder.
+	MinHeartbeat = 10 * time.Millisecond
+
+	// MaxServerTimeout is the longest ServerTimeout, 2³¹−1 ms (24.8 days):
+	// idle_session_timeout and tcp_user_timeout are int milliseconds, and
+	// the server refuses a larger value.
+	MaxServerTimeout = (1<<31 - 1) * time.Millisecond
+)
+
+// Config sets how a lease confirms its session. The zero Config uses the
+// defaults; [Lock] is Config{}.Lock.
+//
+// The deadline rule: a lease is lost once no heartbeat sent in the last
+// Deadline has been confirmed, and Lock sets the session's server timeouts so
+// that PostgreSQL frees the lock of a silent session no sooner than
+// ServerTimeout after the last heartbeat it received, which it received after
+// that heartbeat was sent. Deadline < ServerTimeout therefore makes a silent
+// lease lost before the server could free its lock, as long as the two
+// machines' clocks run at the same rate (they measure intervals, not
+// instants).
+//
+// The durations must keep MinHeartbeat ≤ Heartbeat < Deadline <
+// ServerTimeout ≤ MaxServerTimeout; Lock refuses any other Config with an
+// error that names the field and its bound. PostgreSQL counts the server's
+// timeouts in whole milliseconds: Lock rounds ServerTimeout and Heartbeat up
+// to the next millisecond, so that the server waits no less than asked.
+type Config struct {
+	// Heartbeat is the time between two heartbeats (DefaultHeartbeat if
+	// zero), at least MinHeartbeat and shorter than Deadline. A heartbeat is
+	// a statement that returns pg_backend_pid() and the session's marker
+	// (see SessionPooler), sent on the lease's session without waiting for
+	// the previous one's reply: a lease sends one every Heartbeat.
+	Heartbeat time.Duration
+
+	// Deadline is how long after sending a heartbeat the lease stays live
+	// without a later one confirmed (DefaultDeadline if zero). It must be
+	// longer than Heartbeat, and should be longer than Heartbeat plus the
+	// round trip, or the lease is lost for nothing; it must be shorter than
+	// ServerTimeout. It also bounds the server's answer to a cancel request
+	// and to the release in [Lease.Unlock].
+	Deadline time.Duration
+
+	// ServerTimeout is the silence after which the server ends the lease's
+	// session and frees its lock (DefaultServerTimeout if zero); it must be
+	// longer than Deadline and at most MaxServerTimeout. Lock sets it for
+	// the session as idle_session_timeout and tcp_user_timeout, and sets the
+	// TCP keepalives so that they give up no sooner.
+	ServerTimeout time.Duration
+
+	// Fence, if not nil, names a table (key bigint primary key, token bigint
+	// not null) in which Lock takes the lease's fencing token, in the
+	// lease's session once the lock is granted: see [Lease.Token]. It has
+	// one to three parts (table, schema.table, database.schema.table), none
+	// empty or longer than 63 bytes, which PostgreSQL would cut short. An
+	// unqualified name is looked up in the session's search_path: name the
+	// schema.
+	Fence pgx.Identifier
+
+	// SessionPooler declares that the pool's connections reach the server
+	// through a pooler in session mode, such as PgBouncer with pool_mode =
+	// session, which gives each client connection a server connection of its
+	// own until the client disconnects. Lock refuses a connection whose
+	// server process is not the one it reported at startup ([ErrPooled]):
+	// that is the mark of every pooler, and in transaction or statement mode
+	// a pooler lets two clients share a session and its locks.
+	//
+	// With SessionPooler set, Lock takes the lease on such a connection
+	// once it has checked, before it changes anything in the session and
+	// within Deadline, that the pooler does not share the session: it opens
+	// a second connection with the pool's configuration, whose statements,
+	// sent right after the session's own, must reach another server process,
+	// always the same, without the mark of any lease (PgBouncer reuses the
+	// server connection a client just released, last in first out); else it
+	// fails with ErrPooled before it takes the lock, and the session keeps
+	// the server's settings. Lock then sets its timeouts and marks the
+	// session with a random value (set_config, for the session). Every later
+	// statement, the lock's among them, runs only in the marked session, and
+	// every heartbeat must come back from it: one that does not loses a live
+	// lease with ErrPooled.
+	SessionPooler bool
+
+	// Secret, if not empty, keys the derivation of the lock's key from the
+	// subject: see [Config.Key]. Every process that takes the same locks must
+	// use the same secret.
+	Secret []byte
+}
+
+// withDefaults returns c with the defaults for its zero durations, or an
+// error naming the field that is out of range.
+func (c Config) withDefaults() (Config, error) {
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.Deadline == 0 {
+		c.Deadline = DefaultDeadline
+	}
+	if c.ServerTimeout == 0 {
+		c.ServerTimeout = DefaultServerTimeout
+	}
+	switch {
+	case c.Heartbeat < MinHeartbeat:
+		return c, fmt.Errorf("Config.Heartbeat %v is under its floor %v: each heartbeat is a statement the server runs", c.Heartbeat, MinHeartbeat)
+	case c.Deadline <= c.Heartbeat:
+		return c, fmt.Errorf("Config.Deadline %v is not longer than Config.Heartbeat %v: the lease would be lost between two heartbeats", c.Deadline, c.Heartbeat)
+	case c.ServerTimeout < time.Millisecond:
+		return c, fmt.Errorf("Config.ServerTimeout %v is under 1ms: PostgreSQL counts it in whole milliseconds, and 0 turns its timeouts off", c.ServerTimeout)
+	case c.ServerTimeout > MaxServerTimeout:
+		return c, fmt.Errorf("Config.ServerTimeout %v is over its ceiling %v (2^31-1 ms): idle_session_timeout and tcp_user_timeout are int milliseconds", c.ServerTimeout, MaxServerTimeout)
+	case c.Deadline >= c.ServerTimeout:
+		return c, fmt.Errorf("Config.Deadline %v is not shorter than Config.ServerTimeout %v: the server could free the lock of a silent lease before the lease is lost", c.Deadline, c.ServerTimeout)
+	}
+	if c.Fence != nil {
+		if err := checkIdentifier(c.Fence); err != nil {
+			return c, fmt.Errorf("Config.Fence: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// maxIdentifier is the longest identifier PostgreSQL keeps
+// (NAMEDATALEN−1); it cuts a longer one short, with a notice only.
+const maxIdentifier = 63
+
+// checkIdentifier refuses a table name that PostgreSQL would not take as
+// written.
+func checkIdentifier(id pgx.Identifier) error {
+	if len(id) == 0 || len(id) > 3 {
+		return fmt.Errorf("%d parts, want 1 to 3 (table, schema.table or database.schema.table)", len(id))
+	}
+	for _, part := range id {
+		switch {
+		case part == "":
+			return errors.New("an empty part")
+		case len(part) > maxIdentifier:
+			return fmt.Errorf("the part %s is %d bytes long, over PostgreSQL's %d, which it would cut short", quote(part), len(part), maxIdentifier)
+		case !utf8.ValidString(part) || containsNUL(part):
+			return fmt.Errorf("the part %s is not valid UTF-8 without NUL bytes", quote(part))
+		}
+	}
+	return nil
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// values returns the settings Lock makes for c, in the order of settings:
+// the durations in whole milliseconds, rounded up, so that no timeout is
+// shorter than asked (and none is 0, which is off).
+func (c Config) values() []string {
+	ms := func(d time.Duration) string {
+		return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10) + "ms"
+	}
+	idle := (c.ServerTimeout + time.Second - 1) / time.Second // whole seconds, rounded up
+	return []string{ms(c.ServerTimeout), ms(c.ServerTimeout), fmt.Sprintf("%ds", idle), "1s", "1", ms(c.Heartbeat), "0", "0"}
+}
+
+// maxQuoted is how many bytes of a caller's string an error quotes.
+const maxQuoted = 64
+
+// quote returns s quoted for an error, cut to its first maxQuoted bytes
+// (at a character's start) and marked with "…" when longer: an error
+// names a subject, it does not carry it.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	n := maxQuoted
+	for n > maxQuoted-utf8.UTFMax && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strconv.Quote(s[:n]) + "…"
+}

@@ -1,0 +1,58 @@
+package pglease
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The steps of Lock, for SetStepHook.
+const (
+	StepAcquire  = stepAcquire
+	StepCheck    = stepCheck
+	StepSettings = stepSettings
+	StepProbe    = stepProbe
+	StepWait     = stepWait
+	StepClaim    = stepClaim
+	StepFence    = stepFence
+)
+
+// SetStepHook makes Lock call f before each of its steps, with its context;
+// nil removes it. It must not be called while a Lock runs.
+func SetStepHook(f func(ctx context.Context, step string)) { stepHook = f }
+
+// SetTimeouts sets the session timeouts that Lock sets for a lease of cfg,
+// without taking a lock.
+func SetTimeouts(ctx context.Context, conn *pgx.Conn, cfg Config) error {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	s := newSession(conn, c.Deadline)
+	if _, _, err := s.check(ctx, c, 0); err != nil {
+		return err
+	}
+	return s.set(ctx, c)
+}
+
+// Claim records a live lease of this process on the lock of key in conn's
+// server and database, as Lock does once the server grants it, and returns
+// the func that ends the record.
+func Claim(ctx context.Context, conn *pgx.Conn, key int64) (func(), error) {
+	id := lockID{key: key}
+	err := conn.QueryRow(ctx, `select (select system_identifier::text from pg_control_system()),
+		(select oid from pg_database where datname = current_database())`).Scan(&id.system, &id.db)
+	if err != nil {
+		return nil, err
+	}
+	return claim(ctx, id)
+}
+
+// SetLockSQL makes Lock wait for the lock with sql, a format of the key
+// (%d) and the session's condition (%s), and returns the func that puts
+// the statement back. It must not be called while a Lock runs.
+func SetLockSQL(sql string) (restore func()) {
+	old := lockSQL
+	lockSQL = sql
+	return func() { lockSQL = old }
+}

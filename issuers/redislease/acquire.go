@@ -1,0 +1,433 @@
+package redislease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// retryPause spaces the attempts after a failure, at most; the first retry
+// comes after a tenth of it, and each next one after twice as long.
+const retryPause = 200 * time.Millisecond
+
+// grant is what acquire hands to the lease: its two connections, its token,
+// the send time of the write that granted the key, and the replicas every
+// later write must reach.
+type grant struct {
+	lc, fc *conn
+	token  int64
+	sent   time.Time
+	need   int
+}
+
+// acquire waits until the lease id holds key, and returns the grant.
+//
+// It dials two connections of its own: lc runs the grant script and WAIT,
+// fc tracks the key (CLIENT TRACKING), so that a release, a deletion or an
+// expiry of the key wakes it at once. A failure of the first attempt (a
+// wrong address or password, a missing permission, a replica's address) is
+// a mistake, returned at once; a later one is retried, with a pause that
+// grows, unless no retry can mend it.
+func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, ckey, id string) (g grant, err error) {
+	var lc, fc *conn
+	defer func() {
+		if err != nil {
+			for _, cn := range []*conn{lc, fc} {
+				if cn != nil {
+					cn.close()
+				}
+			}
+		}
+	}()
+	first := true // a failure of the first attempt is a mistake
+	sent := false // a grant script was sent: the key may be this lease's
+	pause := retryPause / 10
+	var last error // what kept the last attempt from a grant, for a Lock cut by ctx
+	fail := func(e error) error {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			// A read or dial bounded by ctx's deadline may time out a
+			// moment before ctx reports it: report ctx's error all the
+			// same.
+			<-ctx.Done()
+		}
+		// Decided before giveUp, which may outlast ctx.
+		err := e
+		if ctx.Err() != nil {
+			cause := last
+			if isServerError(e) {
+				cause = e
+			}
+			err = ctx.Err()
+			if cause != nil {
+				err = fmt.Errorf("%w (the last attempt: %w)", ctx.Err(), cause)
+			}
+		}
+		if sent {
+			c.giveUp(ep, key, ckey, id)
+		}
+		return err
+	}
+	backoff := func() {
+		sleep(ctx, pause)
+		pause = min(2*pause, retryPause)
+	}
+	for {
+		if ep.clientClosed() {
+			// No Sentinel or Cluster map to ask any more: a grant could
+			// not be checked.
+			return g, fail(fmt.Errorf("the client was closed while Lock waited: %w", redis.ErrClosed))
+		}
+		if lc == nil || fc == nil {
+			var e error
+			if lc == nil {
+				lc, e = ep.dial(ctx, !first)
+			}
+			if e == nil && fc == nil {
+				if fc, e = ep.dial(ctx, !first); e == nil {
+					if _, e = fc.do(ctx, "CLIENT", "TRACKING", "ON"); e != nil {
+						fc.close()
+						fc = nil
+						e = fmt.Errorf("CLIENT TRACKING ON: %w", e)
+					}
+				}
+			}
+			if e != nil {
+				if first && !transient(e) || permanent(e) || ctx.Err() != nil {
+					return g, fail(e)
+				}
+				last = e
+				backoff()
+				continue
+			}
+		}
+		if lc.addr() != fc.addr() {
+			// Dialed on either side of a failover: the key must be
+			// tracked on the server that grants it.
+			last = fmt.Errorf("the lease's two connections reached %s and %s", lc.addr(), fc.addr())
+			lc, fc = dropDead(lc, true), dropDead(fc, true)
+			first = false
+			backoff()
+			continue
+		}
+		// An attempt is bounded, so that a server that stopped answering
+		// (paused, or cut off) is left for another, as Sentinel or Cluster
+		// names it: a round trip slower than the TTL could not hold the
+		// lease anyway.
+		actx, cancel := context.WithTimeout(ctx, c.TTL)
+		need, e := c.replicas(actx, lc, ep.sentinel)
+		if errors.Is(e, errUnsettled) {
+			// The server answered as a primary should: no mistake, and
+			// nothing to dial again.
+			cancel()
+			first = false
+			last = e
+			backoff()
+			continue
+		}
+		var rs []reply
+		var at time.Time
+		if e == nil {
+			// Read first, so that tracking covers every change after the
+			// script's answer: the key's, and its claim's.
+			_, e = fc.do(actx, "GET", key)
+			if e == nil {
+				if _, e = fc.do(actx, "GET", ckey); code(e) == "NOPERM" {
+					e = fmt.Errorf("the read of the key's claim %q, which the lease writes beside the key %q and its token counter %q (an ACL must allow all three): %w", ckey, key, tkey, e)
+				}
+			}
+		}
+		if e == nil {
+			cmds := [][]any{{"EVAL", grantScript, "3", key, tkey, ckey, id, strconv.FormatInt(c.TTL.Milliseconds(), 10)}}
+			if need > 0 {
+				cmds = append(cmds, []any{"WAIT", strconv.Itoa(need), strconv.FormatInt(max(1, (c.TTL/4).Milliseconds()), 10)})
+			}
+			at = time.Now() // before the send: never later than Redis runs it
+			sent = true
+			rs, e = lc.pipe(actx, cmds...)
+			if e == nil && rs[0].err != nil {
+				e = fmt.Errorf("the grant script: %w", rs[0].err)
+				if code(rs[0].err) == "NOPERM" && strings.Contains(rs[0].err.Error(), "key") {
+					e = fmt.Errorf("the grant script, which writes the key %q, its token counter %q and its claim %q (an ACL must allow all three): %w", key, tkey, ckey, rs[0].err)
+				}
+			}
+			if e == nil && need > 0 && rs[1].err != nil {
+				e = fmt.Errorf("WAIT: %w", rs[1].err)
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return g, fail(ctx.Err())
+		}
+		if e != nil {
+			if first && !transient(e) || permanent(e) {
+				return g, fail(e)
+			}
+			// The connection failed, or the server is not the primary
+			// any more: dial again (a Sentinel or Cluster client finds
+			// the new one).
+			lc, fc = dropDead(lc, !isServerError(e) || readOnly(e) || code(e) == "MOVED"), dropDead(fc, false)
+			last = e
+			backoff()
+			continue
+		}
+		first = false
+		res, _ := rs[0].v.([]any)
+		if len(res) != 2 {
+			return g, fail(fmt.Errorf("the grant script answered %v", rs[0].v))
+		}
+		ok, _ := res[0].(int64)
+		n, _ := res[1].(int64)
+		if ok == 1 {
+			if need > 0 {
+				if acked, _ := rs[1].v.(int64); acked < int64(need) {
+					// Taken on the primary, not yet on enough replicas:
+					// not a grant until they have it. The next attempt
+					// sets the expiry again.
+					last = fmt.Errorf("the key was taken on %s, but WAIT counted %d of the %d replicas it needs", lc.addr(), acked, need)
+					backoff()
+					continue
+				}
+			}
+			if ep.sentinel {
+				// Asked after the grant was confirmed: a primary that
+				// Sentinel replaced before then is not named any more.
+				if e := ep.checkPrimary(ctx, lc.addr()); e != nil {
+					// Not a grant, and the key is given back where it was
+					// written, so that it blocks no one for a TTL. The
+					// next attempt dials the primary Sentinel names; if
+					// that is this one after all, it grants the key again.
+					last = e
+					release(ctx, lc, key, ckey, id)
+					lc, fc = dropDead(lc, true), dropDead(fc, true)
+					backoff()
+					continue
+				}
+			}
+			return grant{lc: lc, fc: fc, token: n, sent: at, need: need}, nil
+		}
+		pause = retryPause / 10
+		last = fmt.Errorf("the key is held by another lease, its expiry %d ms away", n)
+		// Held by another: wait for its key to change (tracking), to
+		// expire, or for the retry period.
+		wait := c.RetryPeriod
+		if n > 0 {
+			wait = min(wait, time.Duration(n)*time.Millisecond+time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return g, fail(ctx.Err())
+		case <-t.C:
+		case <-fc.pushes:
+			t.Stop()
+		case <-fc.dead:
+			t.Stop()
+			fc.close()
+			fc = nil
+		}
+	}
+}
+
+// dropDead closes cn and returns nil if cn failed, or if force; it returns
+// cn otherwise.
+func dropDead(cn *conn, force bool) *conn {
+	if cn == nil {
+		return nil
+	}
+	select {
+	case <-cn.dead:
+		force = true
+	default:
+	}
+	if force {
+		cn.close()
+		return nil
+	}
+	return cn
+}
+
+// errUnsettled reports a primary behind Sentinel none of whose replicas
+// has followed it for the TTL yet (see Config.replicas).
+var errUnsettled = errors.New("no replica has followed the primary for the TTL yet")
+
+// replicas returns how many replicas must acknowledge the lease's writes:
+// c.Replicas, or every replica the primary lists as connected, and at
+// least one behind Sentinel. Behind Sentinel, it returns errUnsettled
+// until one of them has followed the primary for the TTL.
+//
+// Both rules stop a primary that Sentinel replaced while it was paused,
+// and that believes itself the primary once it is back, from granting a
+// key that the new primary grants too:
+//
+//   - its replicas follow the new primary, so it lists none: a grant there
+//     would be confirmed by none (a primary that truly lost every replica
+//     looks the same, and no failover could replace it anyway);
+//   - a replica that Sentinel has not yet moved to the new primary still
+//     follows it, and may confirm a grant there, which is then held until
+//     its deadline, a TTL after it was sent at the most; once moved, the
+//     replica could at once confirm a grant on the new primary. A grant
+//     there waits until one of its replicas has followed it for the TTL,
+//     past every deadline of a grant that replica confirmed for the old
+//     one.
+//
+// CLIENT LIST tells how long each replica has been connected, in whole
+// seconds.
+func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, error) {
+	if c.Replicas > 0 && !sentinel {
+		return c.Replicas, nil
+	}
+	cmds := [][]any{{"ROLE"}}
+	if sentinel {
+		cmds = append(cmds, []any{"CLIENT", "LIST", "TYPE", "replica"})
+	}
+	rs, err := lc.pipe(ctx, cmds...)
+	if err == nil && rs[0].err != nil {
+		err = fmt.Errorf("ROLE (Config.Replicas does without it, except behind Sentinel): %w", rs[0].err)
+	}
+	if err == nil && sentinel && rs[1].err != nil {
+		err = fmt.Errorf("CLIENT LIST (behind Sentinel, the lease reads how long each replica has followed the primary): %w", rs[1].err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	l, _ := rs[0].v.([]any)
+	if len(l) < 3 || l[0] != "master" {
+		role := "unknown"
+		if len(l) > 0 {
+			role = fmt.Sprint(l[0])
+		}
+		return 0, &serverError{msg: fmt.Sprintf("READONLY the server is not a primary: a replica's address? (ROLE says %s)", role)}
+	}
+	reps, _ := l[2].([]any)
+	need := len(reps)
+	if !sentinel {
+		if c.Replicas > 0 {
+			need = c.Replicas
+		}
+		return need, nil
+	}
+	// Behind Sentinel, Config.Replicas is a floor under ROLE's count: a
+	// replica left out could be the one promoted.
+	need = max(need, c.Replicas, 1)
+	list, _ := rs[1].v.(string)
+	// CLIENT LIST's age is the difference of two whole seconds of the
+	// server's clock, so an age of n proves only more than n-1 seconds:
+	// more than the TTL, rounded up, proves the TTL.
+	settle := int((c.TTL + time.Second - 1) / time.Second)
+	settled, ages := 0, []string{}
+	for line := range strings.Lines(list) {
+		for field := range strings.FieldsSeq(line) {
+			if age, ok := strings.CutPrefix(field, "age="); ok {
+				ages = append(ages, age)
+				if n, err := strconv.Atoi(age); err == nil && n > settle {
+					settled++
+				}
+			}
+		}
+	}
+	if settled == 0 {
+		return 0, fmt.Errorf("%w: %s lists %d replicas, connected for %s s (more than %d s needed)", errUnsettled, lc.addr(), len(reps), strings.Join(ages, ", "), settle)
+	}
+	return need, nil
+}
+
+// giveUpTimeout bounds the release of a key that a Lock cut by its context
+// may have taken.
+const giveUpTimeout = 5 * time.Second
+
+// giveUp deletes key and its claim ckey if a grant script whose answer did
+// not come, or came too late, gave them to the lease id.
+func (c Config) giveUp(ep *endpoint, key, ckey, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(giveUpTimeout, c.TTL))
+	defer cancel()
+	cn, err := ep.dial(ctx, false)
+	if err != nil {
+		return // the key expires
+	}
+	defer cn.close()
+	release(ctx, cn, key, ckey, id)
+}
+
+// release deletes key and its claim ckey on cn, each if it holds the lease
+// id. They expire if this fails.
+func release(ctx context.Context, cn *conn, key, ckey, id string) {
+	script := `
+local n = 0
+for _, k in ipairs(KEYS) do
+  local v = redis.call('GET', k)
+  if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
+    n = n + redis.call('DEL', k)
+  end
+end
+return n
+`
+	cn.do(ctx, "EVAL", script, "2", key, ckey, id) //nolint:errcheck // the keys expire if this fails
+}
+
+// code returns the first word of a Redis error reply, or "".
+func code(err error) string {
+	var se *serverError
+	if errors.As(err, &se) {
+		return se.code()
+	}
+	return ""
+}
+
+// readOnly reports whether err says the server is a replica: READONLY, or a
+// script's error that carries it, as Redis before 7 wraps it ("ERR Error
+// running script ... -READONLY ...").
+func readOnly(err error) bool {
+	var se *serverError
+	return errors.As(err, &se) && (se.code() == "READONLY" || strings.Contains(se.msg, "-READONLY "))
+}
+
+// redirected returns the address a Cluster's MOVED or ASK (as want says)
+// sends a command to: "MOVED slot host:port".
+func redirected(err error, want string) (string, bool) {
+	var se *serverError
+	if !errors.As(err, &se) || se.code() != want {
+		return "", false
+	}
+	f := strings.Fields(se.msg)
+	if len(f) < 3 {
+		return "", false
+	}
+	return f[2], true
+}
+
+// transient reports whether err is an answer a Cluster or a server gives
+// for a moment: a slot moving, a server loading its data or busy. Not a
+// mistake, even on a Lock's first attempt.
+func transient(err error) bool {
+	switch code(err) {
+	case "ASK", "MOVED", "TRYAGAIN", "LOADING", "BUSY", "CLUSTERDOWN", "MASTERDOWN":
+		return true
+	}
+	return false
+}
+
+// permanent reports whether err is a refusal no retry mends: a missing
+// permission, a wrong credential, a key of another type.
+func permanent(err error) bool {
+	switch code(err) {
+	case "NOPERM", "WRONGPASS", "NOAUTH", "WRONGTYPE":
+		return true
+	}
+	return false
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,118 @@
+package redislease
+
+// The lease's value in its key is "id:token": id, random, names this lease,
+// token its fencing token.
+
+// grantScript takes the key if it is free: it counts the next token and
+// writes the key with its expiry in one atomic step, so no holder can have
+// a token without the key or the key without a token. A key that holds
+// this lease's id already (a grant whose answer was lost) has its expiry
+// set again. It returns {1, token} when the key is this lease's, or {0,
+// the key's PTTL}.
+//
+// The token is the counter plus one or the server's clock in
+// microseconds, whichever is larger, and the counter keeps it. So a token
+// is larger than every token counted before it on the same counter; larger
+// than every token counted before a counter was erased with the data
+// (FLUSHALL, a primary restarted without persistence), since those were
+// counted at earlier times; and, where a failover left two primaries that
+// each counted on their own copy of the counter, the later grant has the
+// larger token. This assumes that the servers' clocks agree to within the
+// time between two grants of the key (the README's "The token"). Tokens
+// stay below 2^53, so the script's Lua numbers hold them exactly; they are
+// written with %d, since Lua's own conversion of such a number to a string
+// uses an exponent.
+//
+// The claim (KEYS[3]) holds the value of the last lease granted, with the
+// same expiry as the key, and every script that writes the key writes it
+// too: a grant waits while another lease's claim lives. So a key deleted
+// by itself (an operator's DEL or UNLINK) is not granted to another before
+// its holder's claim runs out, a TTL after its last renewal at the most,
+// or its holder, which the deletion loses at once, releases it; without
+// the claim, the deletion freed the key for a waiter in the same instant
+// as it told the holder, a race the holder lost now and then. What erases
+// the claim with the key (FLUSHALL, a restart without persistence) still
+// frees the key at once.
+//
+// TIME, GET and INCR run before the first write, and call names a command
+// the user's ACL refuses: a user without TIME or GET is refused before any
+// write, and one without SET or PEXPIRE after INCR counted a token that no
+// grant uses, which keeps tokens growing all the same.
+//
+// KEYS[1] the key, KEYS[2] its token counter, KEYS[3] its claim; ARGV[1]
+// the id, ARGV[2] the TTL in milliseconds.
+const grantScript = `
+local function call(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, "can't run this command", 1, true) then
+      r.err = 'NOPERM this user may not run ' .. string.upper((...)) .. ' in the grant script (' .. r.err .. ')'
+    end
+    error(r)
+  end
+  return r
+end
+local function ours(v)
+  local p = string.find(v, ':', 1, true)
+  return p and string.sub(v, 1, p - 1) == ARGV[1], p
+end
+local now = call('TIME')
+local v = call('GET', KEYS[1])
+if v then
+  local mine, p = ours(v)
+  if mine then
+    call('PEXPIRE', KEYS[1], ARGV[2])
+    call('SET', KEYS[3], v, 'PX', ARGV[2])
+    return {1, tonumber(string.sub(v, p + 1))}
+  end
+  return {0, call('PTTL', KEYS[1])}
+end
+local c = call('GET', KEYS[3])
+if c and not ours(c) then
+  return {0, call('PTTL', KEYS[3])}
+end
+local t = call('INCR', KEYS[2])
+local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if t < clock then
+  t = clock
+  call('SET', KEYS[2], string.format('%d', t))
+end
+v = ARGV[1] .. ':' .. string.format('%d', t)
+call('SET', KEYS[1], v, 'PX', ARGV[2])
+call('SET', KEYS[3], v, 'PX', ARGV[2])
+return {1, t}
+`
+
+// renewScript sets the expiry of the key and of its claim again if the
+// key still holds this lease's value: it returns 1, or 0 if the key is
+// gone, or the value it holds.
+//
+// KEYS[1] the key, KEYS[2] its claim; ARGV[1] the lease's value, ARGV[2]
+// the TTL in milliseconds.
+const renewScript = `
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('SET', KEYS[2], v, 'PX', ARGV[2])
+  return 1
+end
+if v then return v end
+return 0
+`
+
+// unlockScript deletes the key if it still holds this lease's value, and
+// the claim if it is this lease's, and returns how many of the two it
+// deleted: a lease lost to a deletion of its key gives its claim back,
+// and a waiter need not wait for it to run out.
+//
+// KEYS[1] the key, KEYS[2] its claim; ARGV[1] the lease's value.
+const unlockScript = `
+local n = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  n = n + redis.call('DEL', KEYS[1])
+end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  n = n + redis.call('DEL', KEYS[2])
+end
+return n
+`
