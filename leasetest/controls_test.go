@@ -134,5 +134,5 @@ func (l backwardsTokens) TryLock(ctx context.Context, subject string) (lease.Lea
 
 type backwardsLease struct{ lease.Lease }
 
-func (l backwardsLease) Token() int64            { return 1000 - l.Lease.Token() }
+func (l backwardsLease) Token() int64           { return 1000 - l.Lease.Token() }
 func (l backwardsLease) Signal() *signal.Signal { return l.Lease.Signal() }

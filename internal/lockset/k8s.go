@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
-	"github.com/zukhruf/lease/issuers/k8slease"
 	"github.com/zukhruf/lease/internal/lockset/history"
+	"github.com/zukhruf/lease/issuers/k8slease"
 )
 
 // The Kubernetes server is the command lockset-kube of the k8slease module

@@ -18,8 +18,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/zukhruf/lease/issuers/mysqllease"
 	"github.com/zukhruf/lease/internal/lockset/history"
+	"github.com/zukhruf/lease/issuers/mysqllease"
 )
 
 // The MariaDB binaries of Debian's mariadb-server; MARIADBD and

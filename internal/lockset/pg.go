@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/internal/lockset/history"
+	"github.com/zukhruf/lease/issuers/pglease"
 )
 
 // pgBin is the folder of Debian's PostgreSQL binaries; PGBIN overrides it.

@@ -17,8 +17,8 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/zukhruf/lease/issuers/redislease"
 	"github.com/zukhruf/lease/internal/lockset/fakeclock"
+	"github.com/zukhruf/lease/issuers/redislease"
 )
 
 // redisServerBin is Debian's redis-server; REDIS_SERVER overrides it.

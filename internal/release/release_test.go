@@ -31,9 +31,9 @@ const (
 
 func TestReadVersions(t *testing.T) {
 	root := repo(t, map[string]string{
-		"go.mod":                         rootMod,
+		"go.mod":                   rootMod,
 		"issuers/etcdlease/go.mod": nested,
-		"versions.txt":                   "# comment\nissuers/etcdlease v0.1.0 # next\n. v0.1.0\n",
+		"versions.txt":             "# comment\nissuers/etcdlease v0.1.0 # next\n. v0.1.0\n",
 	})
 	mods, err := readVersions(root)
 	if err != nil {
@@ -65,9 +65,9 @@ func TestReadVersionsRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files := map[string]string{
-				"go.mod":                         rootMod,
+				"go.mod":                   rootMod,
 				"issuers/etcdlease/go.mod": nested,
-				"versions.txt":                   tc.versions,
+				"versions.txt":             tc.versions,
 			}
 			for k, v := range tc.files {
 				files[k] = v
@@ -82,9 +82,9 @@ func TestReadVersionsRefuses(t *testing.T) {
 
 func TestCheckRequiresNamesTheUnpublishedVersion(t *testing.T) {
 	root := repo(t, map[string]string{
-		"go.mod":                         rootMod,
+		"go.mod":                   rootMod,
 		"issuers/etcdlease/go.mod": strings.Replace(nested, "v0.1.0", "v0.0.0-00010101000000-000000000000", 1),
-		"versions.txt":                   ". v0.1.0\nissuers/etcdlease v0.1.0\n",
+		"versions.txt":             ". v0.1.0\nissuers/etcdlease v0.1.0\n",
 	})
 	mods, err := readVersions(root)
 	if err != nil {

@@ -6,8 +6,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/zukhruf/lease/issuers/etcdlease"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/etcdlease"
 )
 
 // startProxy starts a fault proxy to target, closed when the test ends.

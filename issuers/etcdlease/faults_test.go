@@ -17,10 +17,10 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
-	"github.com/zukhruf/lease/issuers/etcdlease"
-	"github.com/zukhruf/lease/issuers/etcdlease/internal/etcdtest"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/internal/faulttrial"
+	"github.com/zukhruf/lease/issuers/etcdlease"
+	"github.com/zukhruf/lease/issuers/etcdlease/internal/etcdtest"
 )
 
 var (

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zukhruf/lease/issuers/etcdlease"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/etcdlease"
 )
 
 func TestWithMarginNegativePanics(t *testing.T) {

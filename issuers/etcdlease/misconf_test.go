@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/etcdlease"
 	"github.com/zukhruf/lease/issuers/etcdlease/internal/etcdtest"
-	"github.com/zukhruf/lease/internal/faultnet"
 )
 
 // The tests of the README's "what you may get wrong" table: each mistake

@@ -18,10 +18,10 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/zukhruf/lease/issuers/k8slease"
-	"github.com/zukhruf/lease/issuers/k8slease/internal/kubetest"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/internal/faulttrial"
+	"github.com/zukhruf/lease/issuers/k8slease"
+	"github.com/zukhruf/lease/issuers/k8slease/internal/kubetest"
 )
 
 var (

@@ -11,9 +11,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/k8slease"
 	"github.com/zukhruf/lease/issuers/k8slease/internal/kubetest"
-	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/lost"
 )
 

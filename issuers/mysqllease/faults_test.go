@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zukhruf/lease/issuers/mysqllease"
-	"github.com/zukhruf/lease/issuers/mysqllease/internal/mysqltest"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/internal/faulttrial"
+	"github.com/zukhruf/lease/issuers/mysqllease"
+	"github.com/zukhruf/lease/issuers/mysqllease/internal/mysqltest"
 )
 
 var (

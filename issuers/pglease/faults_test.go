@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/zukhruf/lease/issuers/pglease"
-	"github.com/zukhruf/lease/issuers/pglease/internal/pgtest"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/internal/faulttrial"
+	"github.com/zukhruf/lease/issuers/pglease"
+	"github.com/zukhruf/lease/issuers/pglease/internal/pgtest"
 )
 
 var (

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/lost"
 )
 

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/issuers/pglease/internal/pgtest"
-	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/lost"
 )
 

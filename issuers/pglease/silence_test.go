@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/pglease"
 )
 
 // TestServerFreesSilentSession checks the server's half of the deadline

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/redislease"
 	"github.com/zukhruf/lease/issuers/redislease/internal/redistest"
-	"github.com/zukhruf/lease/internal/faultnet"
 )
 
 // TestDemotedPrimary: an operator makes the holder's primary a replica of

@@ -14,10 +14,10 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/zukhruf/lease/issuers/redislease"
-	"github.com/zukhruf/lease/issuers/redislease/internal/redistest"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/internal/faulttrial"
+	"github.com/zukhruf/lease/issuers/redislease"
+	"github.com/zukhruf/lease/issuers/redislease/internal/redistest"
 )
 
 var (

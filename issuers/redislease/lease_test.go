@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zukhruf/lease/issuers/redislease"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/redislease"
 	"github.com/zukhruf/lease/lost"
 )
 

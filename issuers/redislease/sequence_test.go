@@ -14,9 +14,9 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zukhruf/lease/internal/faulttrial"
 	"github.com/zukhruf/lease/issuers/redislease"
 	"github.com/zukhruf/lease/issuers/redislease/internal/redistest"
-	"github.com/zukhruf/lease/internal/faulttrial"
 )
 
 var sequenceTrials = flag.Int("sequence.trials", 1, "trials of each sequence of TestSequences")

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/zukhruf/lease/issuers/k8slease/internal/kubetest"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/internal/faulttrial"
+	"github.com/zukhruf/lease/issuers/k8slease/internal/kubetest"
 )
 
 var (

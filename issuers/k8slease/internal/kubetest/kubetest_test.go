@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/zukhruf/lease/issuers/k8slease/internal/kubetest"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/k8slease/internal/kubetest"
 )
 
 // waitTimeout bounds the waits of the tests; it guards against a hang, it is

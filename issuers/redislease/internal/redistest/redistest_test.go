@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zukhruf/lease/issuers/redislease/internal/redistest"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/redislease/internal/redistest"
 )
 
 // TestServerRestartsEmpty: a server killed and started again answers on the

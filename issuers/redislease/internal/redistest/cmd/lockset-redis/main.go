@@ -35,8 +35,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/zukhruf/lease/issuers/redislease/internal/redistest"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/redislease/internal/redistest"
 )
 
 // addrs is the first line this command prints; internal/lockset reads the
