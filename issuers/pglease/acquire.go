@@ -23,15 +23,16 @@ const (
 	retryMax   = 2 * time.Second
 )
 
-// checkPool panics if pool is nil or was not made by pgxpool.New or
-// NewWithConfig; a *pgxpool.Pool has no other nil than the untyped one.
-func checkPool(pool *pgxpool.Pool) {
+// checkPool panics, naming call, if pool is nil or was not made by
+// pgxpool.New or NewWithConfig; a *pgxpool.Pool has no other nil than the
+// untyped one.
+func checkPool(pool *pgxpool.Pool, call string) {
 	if pool == nil {
-		panic("pglease: Lock called with a nil pool")
+		panic("pglease: " + call + " called with a nil pool")
 	}
 	defer func() {
 		if recover() != nil {
-			panic("pglease: Lock called with a pool not made by pgxpool.New or pgxpool.NewWithConfig")
+			panic("pglease: " + call + " called with a pool not made by pgxpool.New or pgxpool.NewWithConfig")
 		}
 	}()
 	pool.Config() // a zero Pool has no configuration

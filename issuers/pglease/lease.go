@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/controller"
 	"github.com/zukhruf/lease/signal"
 )
@@ -17,7 +18,8 @@ import (
 // Lease is a session-level advisory lock held by a session of its own, and
 // the lease that tells its holder when the lock is gone.
 //
-// A Lease is made by [Lock]; there is no useful zero value. Its methods are
+// A Lease is made by [Lock], [Config.Lock] or a [Locker]; there is no
+// useful zero value. Its methods are
 // safe for concurrent use. The Lease owns its connection, which it took out
 // of the pool for good: no method returns it, the pool neither counts nor
 // recycles it, and [Lease.Unlock] closes it. It keeps a read pending on it to
@@ -99,11 +101,23 @@ func Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*Lease, erro
 // whatever ctx says. The session ends with the lease, and the settings with
 // it.
 func (c Config) Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*Lease, error) {
-	if ctx == nil {
-		panic("pglease: Lock called with a nil context")
+	return c.lock(ctx, pool, subject, false)
+}
+
+// lock is Lock, and with try the TryLock of a [Locker]: the same steps,
+// but the lock is asked for with pg_try_advisory_lock, and a lock held by
+// another session, or by a live lease of this process, fails at once with
+// an error wrapping [lease.ErrHeld].
+func (c Config) lock(ctx context.Context, pool *pgxpool.Pool, subject string, try bool) (*Lease, error) {
+	call, op := "Lock", "lock"
+	if try {
+		call, op = "TryLock", "trylock"
 	}
-	checkPool(pool)
-	fail := func(err error) (*Lease, error) { return nil, fmt.Errorf("pglease: lock %s: %w", quote(subject), err) }
+	if ctx == nil {
+		panic("pglease: " + call + " called with a nil context")
+	}
+	checkPool(pool, call)
+	fail := func(err error) (*Lease, error) { return nil, fmt.Errorf("pglease: %s %s: %w", op, quote(subject), err) }
 	c, err := c.withDefaults()
 	if err != nil {
 		return fail(err)
@@ -117,7 +131,7 @@ func (c Config) Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*
 		return fail(err)
 	}
 	s := newSession(pconn.Hijack(), c.Deadline)
-	l, err := s.lock(ctx, c, pool, key, subject)
+	l, err := s.lock(ctx, c, pool, key, subject, try)
 	if err != nil {
 		return fail(err)
 	}
@@ -125,8 +139,11 @@ func (c Config) Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*
 }
 
 // lock takes the lease on s, which it owns from now on: on an error, it
-// releases what it took and closes s.
-func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key int64, subject string) (*Lease, error) {
+// releases what it took and closes s. With try, it asks for the lock once
+// and refuses a lock held by another session or by a live lease of this
+// process with an error wrapping [lease.ErrHeld]; nothing waits on the
+// server or in the process.
+func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key int64, subject string, try bool) (*Lease, error) {
 	held := false // the session may hold the lock
 	fail := func(err error) (*Lease, error) {
 		s.abandon(key, held)
@@ -158,15 +175,26 @@ func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key in
 	if err := step(ctx, stepWait); err != nil {
 		return fail(err)
 	}
-	held, err = s.wait(ctx, key)
+	if try {
+		held, err = s.try(ctx, key)
+	} else {
+		held, err = s.wait(ctx, key)
+	}
 	if err != nil {
 		return fail(err)
 	}
 	if err := step(ctx, stepClaim); err != nil {
 		return fail(err)
 	}
-	unclaim, err := claim(ctx, id)
-	if err != nil {
+	var unclaim func()
+	if try {
+		// The server granted the lock, so another lease of this process
+		// that holds it is about to read its loss: held all the same.
+		var ok bool
+		if unclaim, ok = tryClaim(id); !ok {
+			return fail(fmt.Errorf("%w: another lease of this process holds the lock", lease.ErrHeld))
+		}
+	} else if unclaim, err = claim(ctx, id); err != nil {
 		return fail(fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err))
 	}
 	if err := step(ctx, stepFence); err != nil {
@@ -342,7 +370,7 @@ const (
 	stepCheck    = "check"    // the pooler, standby and held checks
 	stepProbe    = "probe"    // the check that a pooler does not share the session
 	stepSettings = "settings" // the session's timeouts
-	stepWait     = "wait"     // pg_advisory_lock
+	stepWait     = "wait"     // pg_advisory_lock, or pg_try_advisory_lock for TryLock
 	stepClaim    = "claim"    // the process's other leases of the lock
 	stepFence    = "fence"    // the fencing token
 )

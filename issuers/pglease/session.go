@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/zukhruf/lease"
 )
 
 // A session is the lease's own connection. Every statement on it is a
@@ -297,6 +299,31 @@ func (s *session) wait(ctx context.Context, key int64) (held bool, err error) {
 	// the lock.
 	return true, fmt.Errorf("wait for the lock: %w", err)
 }
+
+// try takes the advisory lock of key with pg_try_advisory_lock, which
+// never waits nor leaves a waiter: a lock held by another session fails
+// with an error wrapping [lease.ErrHeld]. held reports whether the session
+// may hold the lock, as for wait.
+func (s *session) try(ctx context.Context, key int64) (held bool, err error) {
+	row, err := s.query(ctx, fmt.Sprintf(tryLockSQL, key, s.ours()))
+	switch {
+	case err == nil && string(row[0]) == "t":
+		return true, nil
+	case err == nil:
+		return false, fmt.Errorf("%w: another session holds the lock", lease.ErrHeld)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || errors.Is(err, errElsewhere) {
+		return false, fmt.Errorf("try the lock: %w", err)
+	}
+	// A statement that completed as ctx ended says whether it took the
+	// lock; a failed connection does not.
+	return row == nil || string(row[0]) == "t", fmt.Errorf("try the lock: %w", err)
+}
+
+// tryLockSQL is the statement that takes the lock of a key (%d) if it is
+// free, gated on the session (%s).
+const tryLockSQL = "select pg_catalog.pg_try_advisory_lock(%d), pg_catalog.pg_backend_pid() where %s"
 
 // lockSQL is the statement that waits for the lock of a key (%d), gated on
 // the session (%s). A test puts another in its place to check that Lock
