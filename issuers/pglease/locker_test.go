@@ -30,7 +30,10 @@ func TestTryLockRefusedByTheProcesssLease(t *testing.T) {
 	t.Cleanup(end)
 	ls, err := locker.TryLock(ctx, "try-recorded")
 	if !errors.Is(err, lease.ErrHeld) || ls != nil {
-		t.Fatalf("TryLock while the process's lease is live = (%v, %v), want (nil, an error wrapping lease.ErrHeld)", ls, err)
+		if ls != nil {
+			ls.Unlock(ctx)
+		}
+		t.Fatalf("TryLock while the process's lease is live = %v (a lease: %t), want an error wrapping lease.ErrHeld and no lease", err, ls != nil)
 	}
 	if want := "another lease of this process holds the lock"; !strings.Contains(err.Error(), want) {
 		t.Errorf("TryLock's error = %q, want it to say %q", err, want)
@@ -59,7 +62,10 @@ func TestTryLockLeavesNoWaiter(t *testing.T) {
 	for range 3 {
 		ls, err := other.TryLock(ctx, "try-waiter")
 		if !errors.Is(err, lease.ErrHeld) || ls != nil {
-			t.Fatalf("TryLock of a held lock = (%v, %v), want (nil, an error wrapping lease.ErrHeld)", ls, err)
+			if ls != nil {
+				ls.Unlock(ctx)
+			}
+			t.Fatalf("TryLock of a held lock = %v (a lease: %t), want an error wrapping lease.ErrHeld and no lease", err, ls != nil)
 		}
 		if want := `pglease: trylock "try-waiter": lease: subject is held: another session holds the lock`; err.Error() != want {
 			t.Errorf("TryLock's error = %q, want %q", err, want)
@@ -115,7 +121,7 @@ func TestLockerMisuse(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ls, err := tc.call()
 			if ls != nil {
-				t.Errorf("lease = %#v, want a nil lease.Lease", ls)
+				t.Errorf("lease = a %T, want a nil lease.Lease", ls)
 			}
 			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Errorf("err = %v, want one that starts %q", err, tc.want)
