@@ -43,6 +43,10 @@
 // that takes subjects from its users keys it with a secret
 // ([Config.Secret]).
 //
+// [NewLocker] gives the same leases through the library's portable
+// [lease.TryLocker], whose [Locker.TryLock] takes a lock with
+// pg_try_advisory_lock and refuses one held now with [lease.ErrHeld].
+//
 // A signal warns the holder; it does not stop a write already on its way.
 // The lock has no token of its own: [Config.Fence] takes one at the grant, in
 // the lease's session, and [Lease.Token] says how a write checks it.

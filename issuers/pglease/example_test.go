@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/issuers/pglease"
 )
 
@@ -63,6 +65,42 @@ func ExampleLease_Unlock() {
 	// Unlock: <nil>
 	// Err() after the release: <nil>
 	// the server holds an advisory lock: false
+}
+
+// A Locker takes leases through the portable API of package lease, the same
+// for every issuer; TryLock refuses a subject held now instead of waiting for
+// it.
+func ExampleNewLocker() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, server.ConnString(server.Addr()))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	// The fencing table, once per database: each grant's token is larger.
+	if _, err := pool.Exec(ctx, "create table if not exists locker_tokens (key bigint primary key, token bigint not null)"); err != nil {
+		panic(err)
+	}
+	var locker lease.TryLocker = pglease.NewLocker(pool, pglease.Config{Fence: pgx.Identifier{"locker_tokens"}})
+	a, err := locker.Lock(ctx, "invoices")
+	if err != nil {
+		panic(err)
+	}
+	_, err = locker.TryLock(ctx, "invoices")
+	fmt.Println(err)
+	fmt.Println("held:", errors.Is(err, lease.ErrHeld))
+	fmt.Println("Unlock:", a.Unlock(ctx))
+	b, err := locker.TryLock(ctx, "invoices")
+	if err != nil {
+		panic(err)
+	}
+	defer b.Unlock(ctx)
+	fmt.Println("the next holder's token is larger:", b.Token() > a.Token())
+	// Output:
+	// pglease: trylock "invoices": lease: subject is held: another session holds the lock
+	// held: true
+	// Unlock: <nil>
+	// the next holder's token is larger: true
 }
 
 // A Config that keys the subject with a secret, for subjects taken from
