@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/controller"
 	"github.com/zukhruf/lease/signal"
 )
@@ -16,12 +18,12 @@ import (
 // Lease is a GET_LOCK lock held by a session of its own, and the lease that
 // tells its holder when the lock may be gone.
 //
-// A Lease is made by [Lock]; there is no useful zero value. Its methods are
-// safe for concurrent use. The Lease owns its connection, taken out of the
-// pool with db.Conn: no method returns it, the pool does not get it back,
-// and [Lease.Unlock] closes it. One goroutine keeps a heartbeat pending on
-// it and a timer watches the deadline; both stop at the loss or at the
-// release, whichever comes first.
+// A Lease is made by [Lock], [Config.Lock] or a [Locker]; there is no
+// useful zero value. Its methods are safe for concurrent use. The Lease
+// owns its connection, taken out of the pool with db.Conn: no method
+// returns it, the pool does not get it back, and [Lease.Unlock] closes it.
+// One goroutine keeps a heartbeat pending on it and a timer watches the
+// deadline; both stop at the loss or at the release, whichever comes first.
 type Lease struct {
 	ctrl    *controller.Controller
 	s       *session
@@ -90,14 +92,21 @@ func Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, error) {
 // name), Lock does not return before that lease is lost or released, even
 // when the server has already granted the lock.
 func (c Config) Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, error) {
+	return c.acquire(ctx, db, subject, "Lock", false)
+}
+
+// acquire is Lock, and [Locker.TryLock] when try is set: the same session,
+// checks and grant, with one GET_LOCK(name, 0) in place of the wait. call
+// names the caller's method in panics and, in lower case, in errors.
+func (c Config) acquire(ctx context.Context, db *sql.DB, subject, call string, try bool) (*Lease, error) {
 	if ctx == nil {
-		panic("mysqllease: Lock called with a nil context")
+		panic("mysqllease: " + call + " called with a nil context")
 	}
 	if db == nil {
-		panic("mysqllease: Lock called with a nil *sql.DB")
+		panic("mysqllease: " + call + " called with a nil *sql.DB")
 	}
 	fail := func(err error) (*Lease, error) {
-		return nil, fmt.Errorf("mysqllease: lock %s: %w", quote(subject), err)
+		return nil, fmt.Errorf("mysqllease: %s %s: %w", strings.ToLower(call), quote(subject), err)
 	}
 	c, err := c.withDefaults()
 	if err != nil {
@@ -115,7 +124,7 @@ func (c Config) Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, e
 		return fail(err)
 	}
 	s := &session{db: db, conn: conn, grace: min(c.Margin, 2*time.Second), bound: c.deadline()}
-	l, err := s.lock(ctx, c, subject, name)
+	l, err := s.lock(ctx, c, subject, name, try)
 	if err != nil {
 		return fail(err)
 	}
@@ -123,8 +132,10 @@ func (c Config) Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, e
 }
 
 // lock takes the lease on s, which it owns from now on: on an error, it
-// kills and closes s.
-func (s *session) lock(ctx context.Context, c Config, subject, name string) (*Lease, error) {
+// kills and closes s. When try is set, it takes the lock only if no session
+// of the server and no lease of this process holds it now, and otherwise
+// returns an error wrapping [lease.ErrHeld].
+func (s *session) lock(ctx context.Context, c Config, subject, name string, try bool) (*Lease, error) {
 	// Until its timeouts are set, the session is as the pool gave it: a
 	// refusal gives it back untouched (it may be another user's, through a
 	// pooler, or hold that user's lock).
@@ -152,15 +163,42 @@ func (s *session) lock(ctx context.Context, c Config, subject, name string) (*Le
 			return fail(err)
 		}
 	}
-	if _, err := s.wait(ctx, name, c.Heartbeat, c.deadline()); err != nil {
-		return fail(err)
-	}
-	unclaim, err := claim(ctx, lockID{s.server, name})
-	if err != nil {
-		return fail(fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err))
+	var unclaim func()
+	if try {
+		if err := s.try(ctx, name, c.deadline()); err != nil {
+			if errors.Is(err, lease.ErrHeld) {
+				// GET_LOCK(name, 0) left the session holding and awaiting
+				// nothing: the close ends it, no KILL needed.
+				s.discard()
+				return nil, err
+			}
+			return fail(err)
+		}
+		var ok bool
+		if unclaim, ok = tryClaim(lockID{s.server, name}); !ok {
+			// The server granted the lock because the session of this
+			// process's lease has ended, which that lease has not read
+			// yet: it is live, and the grant is given back before TryLock
+			// returns.
+			err := fmt.Errorf("%w: another lease of this process holds the lock", lease.ErrHeld)
+			if s.release(ctx, name) != nil {
+				return fail(err)
+			}
+			s.discard()
+			return nil, err
+		}
+	} else {
+		if _, err := s.wait(ctx, name, c.Heartbeat, c.deadline()); err != nil {
+			return fail(err)
+		}
+		var err error
+		if unclaim, err = claim(ctx, lockID{s.server, name}); err != nil {
+			return fail(fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err))
+		}
 	}
 	var token int64
 	if table != "" {
+		var err error
 		if token, err = s.fence(ctx, table, name); err != nil {
 			unclaim()
 			return fail(err)

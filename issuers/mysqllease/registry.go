@@ -27,27 +27,43 @@ var live = struct {
 // returned func is idempotent. claim returns ctx's error if ctx ends first.
 func claim(ctx context.Context, id lockID) (unclaim func(), err error) {
 	for {
-		live.Lock()
-		gone, held := live.m[id]
-		if !held {
-			gone = make(chan struct{})
-			live.m[id] = gone
-			live.Unlock()
-			var once sync.Once
-			return func() {
-				once.Do(func() {
-					live.Lock()
-					delete(live.m, id)
-					live.Unlock()
-					close(gone)
-				})
-			}, nil
+		unclaim, gone := record(id)
+		if unclaim != nil {
+			return unclaim, nil
 		}
-		live.Unlock()
 		select {
 		case <-gone:
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
 	}
+}
+
+// tryClaim records the caller as id's holder, as claim does, unless a lease
+// of this process holds id: then it reports false at once.
+func tryClaim(id lockID) (unclaim func(), ok bool) {
+	unclaim, _ = record(id)
+	return unclaim, unclaim != nil
+}
+
+// record records the caller as id's holder and returns the func that
+// removes the record; or, when a lease of this process holds id, a nil func
+// and the channel that is closed when that lease's record is removed.
+func record(id lockID) (unclaim func(), gone <-chan struct{}) {
+	live.Lock()
+	defer live.Unlock()
+	if held, ok := live.m[id]; ok {
+		return nil, held
+	}
+	ch := make(chan struct{})
+	live.m[id] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			live.Lock()
+			delete(live.m, id)
+			live.Unlock()
+			close(ch)
+		})
+	}, nil
 }

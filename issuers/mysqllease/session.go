@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/zukhruf/lease"
 )
 
 // A session is the lease's own connection, taken out of the pool with
@@ -170,27 +172,54 @@ func (s *session) wait(ctx context.Context, name string, step, bound time.Durati
 		// MySQL reads GET_LOCK's timeout as whole seconds.
 		step = max(time.Second, (step+time.Second-1)/time.Second*time.Second)
 	}
-	q := "SELECT GET_LOCK(" + literal(name) + ", " + seconds(step) + ")" + tail
 	for {
 		sent := time.Now()
-		sctx, cancel := context.WithTimeout(ctx, step+bound)
-		var got sql.NullInt64
-		err := s.row(sctx, q, &got)
-		silent := sctx.Err() != nil && ctx.Err() == nil
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return time.Time{}, fmt.Errorf("the wait was cut by its context: %w", context.Cause(ctx))
-		case silent:
-			return time.Time{}, fmt.Errorf("%w: a step of the wait (GET_LOCK for %v) was not answered within %v more", ErrUnresponsive, step, bound)
-		case err != nil:
-			return time.Time{}, fmt.Errorf("wait: %w", causeOf(err))
-		case !got.Valid:
-			return time.Time{}, fmt.Errorf("wait: %w: GET_LOCK returned NULL: the server interrupted it", ErrKilled)
-		case got.Int64 == 1:
+		got, err := s.getLock(ctx, name, step, bound)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if got {
 			return sent, nil
 		}
 	}
+}
+
+// try takes the lock with GET_LOCK(name, 0), which neither waits nor queues
+// the session, answered within bound or the session is taken for silent. It
+// returns an error wrapping [lease.ErrHeld] when another session holds the
+// lock.
+func (s *session) try(ctx context.Context, name string, bound time.Duration) error {
+	got, err := s.getLock(ctx, name, 0, bound)
+	if err != nil {
+		return err
+	}
+	if !got {
+		return fmt.Errorf("%w: GET_LOCK(name, 0) returned 0: another server session holds the lock", lease.ErrHeld)
+	}
+	return nil
+}
+
+// getLock runs GET_LOCK(name, step) once, a statement answered within step
+// + bound or the session is taken for silent, and reports whether the
+// session took the lock.
+func (s *session) getLock(ctx context.Context, name string, step, bound time.Duration) (bool, error) {
+	q := "SELECT GET_LOCK(" + literal(name) + ", " + seconds(step) + ")" + tail
+	sctx, cancel := context.WithTimeout(ctx, step+bound)
+	var got sql.NullInt64
+	err := s.row(sctx, q, &got)
+	silent := sctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return false, fmt.Errorf("the wait was cut by its context: %w", context.Cause(ctx))
+	case silent:
+		return false, fmt.Errorf("%w: a step of the wait (GET_LOCK for %v) was not answered within %v more", ErrUnresponsive, step, bound)
+	case err != nil:
+		return false, fmt.Errorf("wait: %w", causeOf(err))
+	case !got.Valid:
+		return false, fmt.Errorf("wait: %w: GET_LOCK returned NULL: the server interrupted it", ErrKilled)
+	}
+	return got.Int64 == 1, nil
 }
 
 // checkFence runs the fencing statement on table (quoted) without writing
