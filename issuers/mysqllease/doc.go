@@ -6,6 +6,9 @@
 // session, and as soon as the connection reads the end of a session the
 // server ended (a KILL, a shutdown, a crash), which races the server's grant
 // to a session waiting for the lock (see the README's fault table).
+// [NewLocker] gives the same leases behind the root module's portable
+// lease.TryLocker, with [Locker.TryLock], which takes a lock only if it is
+// free now.
 //
 // The lease owns its session: Lock takes the connection with db.Conn, no
 // method returns it, the pool never gets it back, and [Lease.Unlock] closes
