@@ -39,7 +39,8 @@ mysql-deps:
 ## e2e-mysql: vet the MySQL example and run its tests against real MariaDB
 ## servers, under the race detector: a few trials of each fault, with a
 ## once-a-second pinging GET_LOCK holder beside them, three holders over 100
-## rounds, the mistakes, the demo.
+## rounds, the mistakes, the demo, and the conformance suite of every
+## issuer (TestConformance).
 e2e-mysql: mysql-deps
 	cd $(MYSQL_EXAMPLE) && $(GO) vet ./... && $(MYSQL_ENV) $(GO) test -race -count=1 -timeout 15m ./...
 
