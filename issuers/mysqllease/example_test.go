@@ -8,6 +8,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/issuers/mysqllease"
 )
 
@@ -44,6 +45,36 @@ func ExampleConfig_Lock() {
 		if err != nil {
 			return
 		}
+	}
+}
+
+// A Locker takes leases through one *sql.DB with one Config, behind the
+// portable lease.TryLocker: code written against it runs on any issuer.
+func ExampleNewLocker() {
+	ctx := context.Background()
+	db, err := sql.Open("mysql", "app:secret@tcp(db.internal:3306)/shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	var locker lease.TryLocker = mysqllease.NewLocker(db, mysqllease.Config{Fence: "shop.lease_tokens"})
+	l, err := locker.TryLock(ctx, "orders")
+	if errors.Is(err, lease.ErrHeld) {
+		return // another holder has it now; Lock would wait for it
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	sig := l.Signal()
+	if err := sig.Err(); err != nil {
+		return // lost: do not write
+	}
+	wctx, cancel := sig.Context(ctx) // the loss cuts the write in flight
+	defer cancel()
+	_, err = db.ExecContext(wctx, "UPDATE shop.orders SET batch = ?, token = ? WHERE id = 1 AND token <= ?",
+		1, l.Token(), l.Token())
+	if err != nil {
+		log.Print(err)
 	}
 }
 
