@@ -36,3 +36,31 @@ bench:
 	cd bench && $(GO) tool benchstat -filter '.name:ContextRequest /impl:(floor OR lease)' -col '/impl@(floor lease)' $(BENCH_TXT)
 	cd bench && $(GO) tool benchstat -filter '/impl:(lease.viacontroller OR lease)' -col '/impl@(lease lease.viacontroller)' $(BENCH_TXT)
 	cd bench && $(GO) run ./cmd/benchreport -svg ../docs/benchmarks.svg $(BENCH_TXT)
+
+# The lock cycle of each issuer beside its peers, by the command cycle of
+# the lock-set module (internal/lockset), which imports both; built into a
+# binary of its own.
+BENCH_LOCK_BIN   = $(or $(TMPDIR),/tmp)/lockset-cycle
+BENCH_LOCK_DOC  ?= docs/benchmarks.md
+BENCH_LOCK_FLAGS ?=
+
+.PHONY: bench-lock test-bench-lock
+
+# test-bench-lock, in make test, runs the measuring function's tests, over
+# leasetest's in-memory Locker: no server, no issuer built.
+TEST_STEPS += test-bench-lock
+
+test-bench-lock:
+	cd $(LOCKSET_DIR) && $(GO) vet ./lockcycle/ && $(GO) test -race -count=1 ./lockcycle/
+
+## bench-lock: Lock→Unlock of each issuer beside its peers, every client of
+## a coordinator on one server it starts (Redis, etcd, PostgreSQL,
+## MariaDB): p50 and p99 from one goroutine, cycles a second from 32, and
+## the hand-over of a held subject to a waiter; prints the table and writes
+## it, with the machine, into BENCH_LOCK_DOC's section "The lock cycle".
+## About 4 minutes; not part of make test or make e2e. BENCH_LOCK_FLAGS
+## adds flags, such as -coordinators redis,etcd.
+bench-lock: redis-deps pg-deps mysql-deps
+	cd $(LOCKSET_DIR) && $(GO) build -o $(BENCH_LOCK_BIN) . && \
+		$(LOCKSET_ENV) $(BENCH_LOCK_BIN) cycle -doc $(CURDIR)/$(BENCH_LOCK_DOC) -command 'make bench-lock' \
+			-commit "$$(git describe --always --dirty 2>/dev/null)" $(BENCH_LOCK_FLAGS)

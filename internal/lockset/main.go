@@ -6,10 +6,12 @@
 //	lockset run -issuer etcd -seconds 600 -seed 7 [-mix all] [-out DIR]
 //	lockset all -seconds 600 -seeds 10 [-doc FILE]
 //	lockset check -history DIR/history.jsonl
+//	lockset cycle [-coordinators redis,etcd,pg,mysql] [-doc FILE]
 //
 // run prints the folder of the run, which holds history.jsonl, summary.json
 // and, for every lock with a violation, porcupine's view of it. check
-// prints the counts of each side and exits 1 on a violation. The other
+// prints the counts of each side and exits 1 on a violation. cycle measures
+// the lock cycle of each issuer beside its peers (package lockcycle). The other
 // subcommands (client, server) are the processes run starts.
 package main
 
@@ -30,6 +32,8 @@ func main() {
 		err = allMain(args)
 	case "check":
 		err = checkMain(args)
+	case "cycle":
+		err = cycleMain(args)
 	case "client":
 		err = clientMain(args)
 	case "server":
@@ -47,6 +51,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: lockset run -issuer NAME -seconds N -seed N [-mix MIX] [-out DIR] | lockset all -seconds N -seeds N [-doc FILE] | lockset check -history FILE")
+	fmt.Fprintln(os.Stderr, "usage: lockset run -issuer NAME -seconds N -seed N [-mix MIX] [-out DIR] | lockset all -seconds N -seeds N [-doc FILE] | lockset check -history FILE | lockset cycle [-coordinators LIST] [-doc FILE]")
 	os.Exit(2)
 }
