@@ -38,7 +38,9 @@ const cyclePool = 64
 // lockerFunc is a Locker made of a function.
 type lockerFunc func(ctx context.Context, subject string) (lease.Lease, error)
 
-func (f lockerFunc) Lock(ctx context.Context, subject string) (lease.Lease, error) { return f(ctx, subject) }
+func (f lockerFunc) Lock(ctx context.Context, subject string) (lease.Lease, error) {
+	return f(ctx, subject)
+}
 
 // peerLease is a peer's lock seen as a lease.Lease: a signal that is never
 // lost, the peer's token or 0, and the peer's release, made once.
