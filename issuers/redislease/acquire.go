@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zukhruf/lease"
 )
 
 // retryPause spaces the attempts after a failure, at most; the first retry
@@ -25,7 +27,10 @@ type grant struct {
 	need   int
 }
 
-// acquire waits until the lease id holds key, and returns the grant.
+// acquire waits until the lease id holds key, and returns the grant. If
+// try, it does not wait for another lease to let go: an attempt whose grant
+// script finds the key or its claim another lease's returns an error
+// wrapping [lease.ErrHeld].
 //
 // It dials two connections of its own: lc runs the grant script and WAIT,
 // fc tracks the key (CLIENT TRACKING), so that a release, a deletion or an
@@ -33,7 +38,7 @@ type grant struct {
 // wrong address or password, a missing permission, a replica's address) is
 // a mistake, returned at once; a later one is retried, with a pause that
 // grows, unless no retry can mend it.
-func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, ckey, id string) (g grant, err error) {
+func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, ckey, id string, try bool) (g grant, err error) {
 	var lc, fc *conn
 	defer func() {
 		if err != nil {
@@ -131,6 +136,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, ckey, id s
 		}
 		var rs []reply
 		var at time.Time
+		earlier := sent // an earlier attempt's script may have written the key
 		if e == nil {
 			// Read first, so that tracking covers every change after the
 			// script's answer: the key's, and its claim's.
@@ -212,6 +218,13 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, ckey, id s
 		}
 		pause = retryPause / 10
 		last = fmt.Errorf("the key is held by another lease, its expiry %d ms away", n)
+		if try {
+			// This attempt's script answered and wrote nothing; fail
+			// gives back only what an earlier attempt's may have (one
+			// whose answer was lost, or short of replicas).
+			sent = earlier
+			return g, fail(fmt.Errorf("%w: %w", lease.ErrHeld, last))
+		}
 		// Held by another: wait for its key to change (tracking), to
 		// expire, or for the retry period.
 		wait := c.RetryPeriod

@@ -1,6 +1,7 @@
 // Package redislease issues leases from Redis keys: [Lock] takes a key and
 // hands its holder a [signal.Signal] that is lost the moment another client
 // could take the key, and never because the holder released it.
+// [NewLocker] gives the same leases as a [github.com/zukhruf/lease.TryLocker].
 //
 // It is an issuer in the sense of package controller: it keeps the
 // controller.Controller of each lease to itself, calls its Lose when the

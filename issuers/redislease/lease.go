@@ -78,31 +78,43 @@ type Lease struct {
 // until it is lost or [Lease.Unlock] is called; a grant whose answer came
 // after its deadline gives a lease already lost.
 func (c Config) Lock(ctx context.Context, rdb redis.UniversalClient, key string) (*Lease, error) {
+	return c.lock(ctx, rdb, key, false)
+}
+
+// lock is Lock, and TryLock if try: one path to the grant script for both.
+func (c Config) lock(ctx context.Context, rdb redis.UniversalClient, key string, try bool) (*Lease, error) {
+	call := "lock"
+	if try {
+		call = "trylock"
+	}
 	if ctx == nil {
+		if try {
+			panic("redislease: TryLock called with a nil context")
+		}
 		panic("redislease: Lock called with a nil context")
 	}
 	tkey, err := tokenKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
+		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
 	}
 	ckey, _ := claimKey(key) // valid where tkey is
 	c, err = c.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
+		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
 	}
 	ep, err := newEndpoint(rdb, key, c.TTL)
 	if err != nil {
-		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
+		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
 	}
 	if closed(rdb) {
-		return nil, fmt.Errorf("redislease: lock %q: %w", key, redis.ErrClosed)
+		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, redis.ErrClosed)
 	}
 	var b [16]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	g, err := c.acquire(ctx, ep, key, tkey, ckey, id)
+	g, err := c.acquire(ctx, ep, key, tkey, ckey, id, try)
 	if err != nil {
-		return nil, fmt.Errorf("redislease: lock %q: %w", key, err)
+		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
 	}
 	l := &Lease{
 		ctrl:  controller.New(key),
