@@ -45,7 +45,7 @@ redis-deps:
 ## e2e-redis: vet the Redis example and run its tests against real servers,
 ## under the race detector: 3 trials of each fault and 1 of each sequence of
 ## faults with redsync's Mutex beside the holders, three holders over 100
-## rounds, the demo.
+## rounds, leasetest's conformance suite (TestConformance), the demo.
 e2e-redis: redis-deps
 	cd $(REDIS_EXAMPLE) && $(GO) vet ./... && $(REDIS_ENV) $(GO) test -race -count=1 -timeout 15m ./...
 
