@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/issuers/redislease"
 )
 
@@ -62,4 +63,29 @@ func ExampleLease_Unlock() {
 	// Output:
 	// <nil> <nil>
 	// keys left: 0
+}
+
+// A Locker is the lease.TryLocker of one client and Config: code written
+// against lease.Locker runs on Redis as on any other issuer.
+func ExampleNewLocker() {
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	var locker lease.TryLocker = redislease.NewLocker(rdb, redislease.Config{TTL: 2 * time.Second})
+	l, err := locker.Lock(ctx, "example:locker")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := l.Signal().Err(); err != nil {
+		fmt.Println(err) // lost: do not write
+		return
+	}
+	_, err = locker.TryLock(ctx, "example:locker")
+	fmt.Println("TryLock while held:", errors.Is(err, lease.ErrHeld))
+	fmt.Println(l.Unlock(ctx))
+	// Output:
+	// TryLock while held: true
+	// <nil>
 }
