@@ -85,6 +85,36 @@ type Result struct {
 	// holder's call of Unlock to the return of the waiter's Lock.
 	HandOvers                int
 	HandOverP50, HandOverMax time.Duration
+
+	// The samples, which Add merges.
+	cycles, handOvers []time.Duration
+	elapsed           time.Duration // of the Parallel cycles
+}
+
+// Add returns the result of r's samples and o's together, as if one
+// Measure had made them all: so that a run measures its clients in rounds,
+// each client a part of the time in each, and a change in the machine's
+// load over the run falls on every client alike.
+func (r Result) Add(o Result) Result {
+	var s Result
+	s.cycles = append(slices.Clone(r.cycles), o.cycles...)
+	s.handOvers = append(slices.Clone(r.handOvers), o.handOvers...)
+	s.Goroutines = max(r.Goroutines, o.Goroutines)
+	s.Parallel, s.elapsed = r.Parallel+o.Parallel, r.elapsed+o.elapsed
+	s.summarize()
+	return s
+}
+
+// summarize sets r's figures from its samples.
+func (r *Result) summarize() {
+	r.Cycles = len(r.cycles)
+	r.CycleP50, r.CycleP99 = percentile(r.cycles, 0.50), percentile(r.cycles, 0.99)
+	r.HandOvers = len(r.handOvers)
+	r.HandOverP50, r.HandOverMax = percentile(r.handOvers, 0.50), percentile(r.handOvers, 1)
+	r.PerSecond = 0
+	if r.elapsed > 0 {
+		r.PerSecond = float64(r.Parallel) / r.elapsed.Seconds()
+	}
 }
 
 // Measure measures the lock cycle of a, with b, another client of the same
@@ -110,26 +140,23 @@ func Measure(ctx context.Context, a, b lease.Locker, c Config) (Result, error) {
 		}
 		times = append(times, d)
 	}
-	r.Cycles = len(times)
-	r.CycleP50, r.CycleP99 = percentile(times, 0.50), percentile(times, 0.99)
+	r.cycles = times
 
 	var err error
-	if r.PerSecond, err = throughput(ctx, a, c); err != nil {
+	if r.elapsed, err = throughput(ctx, a, c); err != nil {
 		return r, err
 	}
 	r.Goroutines, r.Parallel = c.Goroutines, c.Goroutines*c.PerGoroutine
 
-	times = times[:0]
 	subject := c.Prefix + "-h"
 	for i := range c.HandOvers {
 		d, err := handOver(ctx, a, b, subject, c)
 		if err != nil {
 			return r, fmt.Errorf("lockcycle: hand-over %d: %w", i, err)
 		}
-		times = append(times, d)
+		r.handOvers = append(r.handOvers, d)
 	}
-	r.HandOvers = len(times)
-	r.HandOverP50, r.HandOverMax = percentile(times, 0.50), percentile(times, 1)
+	r.summarize()
 	return r, nil
 }
 
@@ -150,8 +177,8 @@ func cycle(ctx context.Context, l lease.Locker, subject string, timeout time.Dur
 }
 
 // throughput runs c.Goroutines goroutines of c.PerGoroutine cycles each,
-// on subjects of their own, and returns the cycles made a second.
-func throughput(ctx context.Context, l lease.Locker, c Config) (float64, error) {
+// on subjects of their own, and returns how long they took.
+func throughput(ctx context.Context, l lease.Locker, c Config) (time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg, warm sync.WaitGroup
@@ -194,7 +221,7 @@ func throughput(ctx context.Context, l lease.Locker, c Config) (float64, error) 
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
-	return float64(c.Goroutines*c.PerGoroutine) / elapsed.Seconds(), nil
+	return elapsed, nil
 }
 
 // granted is the waiter's Lock's outcome, and when it returned.
@@ -258,11 +285,12 @@ func handOver(ctx context.Context, a, b lease.Locker, subject string, c Config) 
 }
 
 // percentile returns the nearest-rank p-quantile of ds (p in (0, 1]),
-// or 0 for none; it sorts ds.
+// or 0 for none.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
+	ds = slices.Clone(ds)
 	slices.Sort(ds)
 	i := int(math.Ceil(float64(len(ds))*p)) - 1
 	return ds[min(max(i, 0), len(ds)-1)]

@@ -47,6 +47,26 @@ func TestMeasureMemory(t *testing.T) {
 	}
 }
 
+// TestResultAdd checks that two rounds added are one result of all their
+// samples.
+func TestResultAdd(t *testing.T) {
+	var m leasetest.Memory
+	var sum lockcycle.Result
+	for range 2 {
+		r, err := lockcycle.Measure(context.Background(), &m, &m, small)
+		if err != nil {
+			t.Fatalf("Measure: %v", err)
+		}
+		sum = sum.Add(r)
+	}
+	if sum.Cycles != 100 || sum.Goroutines != 4 || sum.Parallel != 40 || sum.HandOvers != 10 {
+		t.Errorf("counts = %d cycles, %d goroutines, %d parallel, %d hand-overs, want 100, 4, 40, 10", sum.Cycles, sum.Goroutines, sum.Parallel, sum.HandOvers)
+	}
+	if sum.CycleP50 <= 0 || sum.CycleP99 < sum.CycleP50 || sum.PerSecond <= 0 || sum.HandOverP50 <= 0 || sum.HandOverMax < sum.HandOverP50 {
+		t.Errorf("figures = %+v, want each above 0 and each p50 at most its p99 or max", sum)
+	}
+}
+
 // TestMeasureHandOverWaits checks that the hand-over is timed from the
 // holder's Unlock: a waiter held back in its Lock by a pause shows the pause.
 func TestMeasureHandOverWaits(t *testing.T) {
@@ -138,11 +158,11 @@ func (f *failAfter) Lock(ctx context.Context, subject string) (lease.Lease, erro
 
 func TestTable(t *testing.T) {
 	rows := []lockcycle.Row{{Coordinator: "Redis", Client: "redislease", Learns: "push",
-		Result: lockcycle.Result{CycleP50: 412 * time.Microsecond, CycleP99: 1234 * time.Microsecond, PerSecond: 12345.6,
+		Result: lockcycle.Result{Cycles: 3000, Goroutines: 32, CycleP50: 412 * time.Microsecond, CycleP99: 1234 * time.Microsecond, PerSecond: 12345.6,
 			HandOverP50: 250 * time.Millisecond, HandOverMax: 12 * time.Second}}}
 	got := lockcycle.Table(rows)
-	want := "| Redis | redislease | 412 µs | 1.23 ms | 12,346 | 250 ms | 12.0 s | push |\n"
-	if !strings.HasSuffix(got, want) {
+	want := "| Redis | redislease | 412 µs | 1.23 ms (3,000) | 12,346 | 250 ms | 12.0 s | push |\n"
+	if !strings.HasSuffix(got, want) || !strings.Contains(got, "| cycles/s at 32 goroutines |") {
 		t.Errorf("Table = %q, want it to end %q", got, want)
 	}
 }

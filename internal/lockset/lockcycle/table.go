@@ -21,11 +21,15 @@ type Row struct {
 // Table returns rows as a markdown table.
 func Table(rows []Row) string {
 	var b strings.Builder
-	b.WriteString("| coordinator | client | cycle p50 | cycle p99 (1 goroutine) | cycles/s at 32 goroutines | hand-over p50 | hand-over max | how the waiter learns |\n")
+	goroutines := 32
+	if len(rows) > 0 {
+		goroutines = rows[0].Result.Goroutines
+	}
+	fmt.Fprintf(&b, "| coordinator | client | cycle p50 | cycle p99 (1 goroutine; cycles) | cycles/s at %d goroutines | hand-over p50 | hand-over max | how the waiter learns |\n", goroutines)
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Coordinator, r.Client,
-			Duration(r.Result.CycleP50), Duration(r.Result.CycleP99), PerSecond(r.Result.PerSecond),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s (%s) | %s | %s | %s | %s |\n", r.Coordinator, r.Client,
+			Duration(r.Result.CycleP50), Duration(r.Result.CycleP99), Count(r.Result.Cycles), PerSecond(r.Result.PerSecond),
 			Duration(r.Result.HandOverP50), Duration(r.Result.HandOverMax), r.Learns)
 	}
 	return b.String()
@@ -66,7 +70,14 @@ func PerSecond(v float64) string {
 	if v < 100 {
 		return sig3(v)
 	}
-	s := strconv.FormatFloat(v, 'f', 0, 64)
+	return thousands(strconv.FormatFloat(v, 'f', 0, 64))
+}
+
+// Count writes n with thousands separated by a comma.
+func Count(n int) string { return thousands(strconv.Itoa(n)) }
+
+// thousands separates the thousands of the digits s by commas.
+func thousands(s string) string {
 	var b strings.Builder
 	for i, c := range s {
 		if i > 0 && (len(s)-i)%3 == 0 {
