@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,12 +48,17 @@ func cycleMain(args []string) error {
 	commit := fs.String("commit", "", "the commit the doc names as the one measured")
 	var c lockcycle.Config
 	fs.IntVar(&c.Cycles, "cycles", 3000, "the most cycles from one goroutine")
-	fs.DurationVar(&c.Budget, "budget", 6*time.Second, "how long the one-goroutine cycles may go on once 200 are done")
+	fs.IntVar(&c.MinCycles, "min-cycles", 200, "the fewest cycles from one goroutine")
+	fs.DurationVar(&c.Budget, "budget", 6*time.Second, "how long the one-goroutine cycles may go on once min-cycles are done")
 	fs.IntVar(&c.Goroutines, "goroutines", 32, "the goroutines of the throughput")
 	fs.IntVar(&c.PerGoroutine, "per-goroutine", 20, "the cycles each goroutine of the throughput makes")
 	fs.IntVar(&c.HandOvers, "handovers", 30, "the hand-overs of the contended subject")
 	fs.DurationVar(&c.Settle, "settle", 100*time.Millisecond, "how long a waiter waits in Lock before the holder unlocks, plus up to half as long at random")
+	rounds := fs.Int("rounds", 3, "the rounds of each coordinator: each client makes a part of each figure's samples in each")
 	fs.Parse(args)
+	if *rounds < 1 {
+		return fmt.Errorf("cycle: -rounds %d: at least 1", *rounds)
+	}
 
 	self, err := os.Executable()
 	if err != nil {
@@ -66,14 +72,14 @@ func cycleMain(args []string) error {
 		if !strings.Contains(","+*only+",", ","+co.issuer+",") {
 			continue
 		}
-		rs, version, err := measureCoordinator(co, self, c)
+		rs, version, err := measureCoordinator(co, self, c, *rounds)
 		if err != nil {
 			return fmt.Errorf("%s: %w", co.name, err)
 		}
 		rows = append(rows, rs...)
 		versions = append(versions, co.name+" "+version)
 	}
-	body := cycleDocBody(lockcycle.Table(rows), cycleRun{command: *command, commit: *commit, versions: versions, config: c,
+	body := cycleDocBody(lockcycle.Table(rows), cycleRun{command: *command, commit: *commit, versions: versions, config: c, rounds: *rounds,
 		loadBefore: loadBefore, loadAfter: loadAverage(), took: time.Since(start), at: start})
 	fmt.Print("\n" + body)
 	if *doc == "" {
@@ -87,8 +93,8 @@ func cycleMain(args []string) error {
 }
 
 // measureCoordinator starts co's server, measures each of its clients on
-// it, and stops it.
-func measureCoordinator(co cycleCoordinator, self string, c lockcycle.Config) ([]lockcycle.Row, string, error) {
+// it in rounds, each client a part of c in each round, and stops it.
+func measureCoordinator(co cycleCoordinator, self string, c lockcycle.Config, rounds int) ([]lockcycle.Row, string, error) {
 	dir, err := os.MkdirTemp("", "lockcycle-"+co.issuer+"-")
 	if err != nil {
 		return nil, "", err
@@ -115,37 +121,66 @@ func measureCoordinator(co cycleCoordinator, self string, c lockcycle.Config) ([
 	if err != nil {
 		return nil, "", fmt.Errorf("the server's version: %w", err)
 	}
-	var rows []lockcycle.Row
-	for _, cl := range co.clients {
-		fmt.Printf("lockcycle: %s, %s ...", co.name, cl.name)
-		res, err := measureClient(ctx, cl, addr, c)
-		if err != nil {
-			fmt.Println()
-			return nil, "", fmt.Errorf("%s: %w", cl.name, err)
+	// Each client is two, the holder and the waiter, open for the whole
+	// of the coordinator's rounds.
+	type opened struct{ a, b lease.Locker }
+	clients := make([]opened, len(co.clients))
+	for i, cl := range co.clients {
+		for _, l := range []*lease.Locker{&clients[i].a, &clients[i].b} {
+			locker, closeLocker, err := cl.open(ctx, addr)
+			if err != nil {
+				return nil, "", fmt.Errorf("%s: %w", cl.name, err)
+			}
+			defer closeLocker()
+			*l = locker
 		}
-		fmt.Printf(" cycle p50 %s p99 %s (%d), %s/s at %d goroutines, hand-over p50 %s max %s (%d)\n",
-			lockcycle.Duration(res.CycleP50), lockcycle.Duration(res.CycleP99), res.Cycles, lockcycle.PerSecond(res.PerSecond),
-			res.Goroutines, lockcycle.Duration(res.HandOverP50), lockcycle.Duration(res.HandOverMax), res.HandOvers)
-		rows = append(rows, lockcycle.Row{Coordinator: co.name, Client: cl.name, Learns: cl.learns, Result: res})
+	}
+	results := make([]lockcycle.Result, len(co.clients))
+	for round := range rounds {
+		for i, cl := range co.clients {
+			fmt.Printf("lockcycle: %s, %s, round %d of %d\n", co.name, cl.name, round+1, rounds)
+			rc := perRound(c, rounds)
+			rc.Prefix = fmt.Sprintf("cycle-%s-r%d", slug(cl.name), round)
+			res, err := lockcycle.Measure(ctx, clients[i].a, clients[i].b, rc)
+			if err != nil {
+				return nil, "", fmt.Errorf("%s: %w", cl.name, err)
+			}
+			results[i] = results[i].Add(res)
+		}
+	}
+	var rows []lockcycle.Row
+	for i, cl := range co.clients {
+		rows = append(rows, lockcycle.Row{Coordinator: co.name, Client: cl.name, Learns: cl.learns, Result: results[i]})
 	}
 	return rows, version, nil
 }
 
-// measureClient opens two clients of cl, the holder and the waiter, and
-// measures them.
-func measureClient(ctx context.Context, cl cycleClient, addr string, c lockcycle.Config) (lockcycle.Result, error) {
-	a, closeA, err := cl.open(ctx, addr)
-	if err != nil {
-		return lockcycle.Result{}, err
+// perRound returns the part of c that one of rounds makes.
+func perRound(c lockcycle.Config, rounds int) lockcycle.Config {
+	part := func(n int) int { return (n + rounds - 1) / rounds }
+	c.Cycles, c.MinCycles = part(c.Cycles), part(c.MinCycles)
+	c.PerGoroutine, c.HandOvers = part(c.PerGoroutine), part(c.HandOvers)
+	c.Budget /= time.Duration(rounds)
+	return c
+}
+
+// slug returns name in lower case, each run of other characters than
+// letters and digits one "-": a subject every coordinator takes.
+func slug(name string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(name) {
+		if 'a' <= r && r <= 'z' || '0' <= r && r <= '9' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(r)
+			dash = false
+		} else {
+			dash = true
+		}
 	}
-	defer closeA()
-	b, closeB, err := cl.open(ctx, addr)
-	if err != nil {
-		return lockcycle.Result{}, err
-	}
-	defer closeB()
-	c.Prefix = "cycle-" + cl.name
-	return lockcycle.Measure(ctx, a, b, c)
+	return b.String()
 }
 
 // cycleRun is what the doc says of the run beside the table.
@@ -153,6 +188,7 @@ type cycleRun struct {
 	command, commit       string
 	versions              []string
 	config                lockcycle.Config
+	rounds                int
 	loadBefore, loadAfter string
 	took                  time.Duration
 	at                    time.Time
@@ -164,27 +200,53 @@ func cycleDocBody(table string, r cycleRun) string {
 	if r.commit != "" {
 		commit = " of commit `" + r.commit + "`"
 	}
-	fmt.Fprintf(&b, "One `%s`%s on %s, %v in all: %s, %d cores (%s), %s.\n", r.command, commit, r.at.UTC().Format("2 January 2006"),
-		r.took.Round(time.Second), strings.Join(r.versions, ", "), runtime.NumCPU(), cpuModel(), runtime.Version())
+	fmt.Fprintf(&b, "One `%s`%s on %s, %s in all: %s, %d cores (%s), %s.\n", r.command, commit, r.at.UTC().Format("2 January 2006"),
+		duration(r.took.Round(time.Second)), strings.Join(r.versions, ", "), runtime.NumCPU(), cpuModel(), runtime.Version())
 	fmt.Fprintf(&b, "The load average (1, 5, 15 min) was %s at the start and %s at the end", r.loadBefore, r.loadAfter)
 	if loaded(r.loadBefore) || loaded(r.loadAfter) {
-		fmt.Fprintf(&b, ", more than the %d cores: other work shared the machine, so compare the rows, which shared it alike, more than the figures", runtime.NumCPU())
+		fmt.Fprintf(&b, ", above the %d cores: other work shared the machine, which slows every figure; the rounds spread it over the rows of a coordinator alike", runtime.NumCPU())
 	}
 	b.WriteString(".\n\n")
 	b.WriteString(table)
+	c := r.config
 	fmt.Fprintf(&b, `
-Each client locks through the one interface `+"`lease.Locker`"+`, measured by one function,
-[lockcycle.Measure](../internal/lockset/lockcycle/measure.go), against one server per coordinator
-that all of its clients share, each server a process of its own on the loopback interface. A cycle is
-Lock of a free subject then Unlock, timed from Lock's call to Unlock's return, each on a new subject:
-up to %d from one goroutine, fewer where %v did not allow them (at least 200); then %d goroutines of %d
-cycles each, on subjects of their own. A hand-over is %d times on one subject: the holder holds it, a
-second client of the same kind waits in Lock for %v to %v, the holder calls Unlock; the figure is the
+Every client locks through `+"`lease.Locker`"+` and is measured by one function,
+[lockcycle.Measure](../internal/lockset/lockcycle/measure.go); the clients of a coordinator share one
+server, a process of its own on the loopback interface, and take turns in %d rounds, each client a
+%s of its samples in each, so that a change in the machine's load falls on them alike. A cycle is Lock
+of a free subject then Unlock, from Lock's call to Unlock's return, each on a new subject: from one
+goroutine, up to %s cycles, fewer where %s did not allow them, at least %s; then %d goroutines of %d
+cycles each, on subjects of their own. A hand-over, %d times on one subject: the holder holds it, a
+second client of the same kind waits in Lock for %s to %s, the holder calls Unlock; the figure is the
 time from that call to the return of the waiter's Lock. A peer's lease is a signal that is never lost,
-and its token the peer's own or 0.
-`, r.config.Cycles, r.config.Budget, r.config.Goroutines, r.config.PerGoroutine, r.config.HandOvers,
-		r.config.Settle, r.config.Settle*3/2)
+and its token the peer's own or 0. Kubernetes is not in the table: its server, a kube-apiserver, takes
+20 to 45 minutes to build the first time, and a run is meant to take minutes.
+`, r.rounds, part(r.rounds), lockcycle.Count(c.Cycles), duration(c.Budget), lockcycle.Count(c.MinCycles),
+		c.Goroutines, c.PerGoroutine, c.HandOvers, duration(c.Settle), duration(c.Settle*3/2))
 	return b.String()
+}
+
+// part names one of n parts: "third" of 3.
+func part(n int) string {
+	switch n {
+	case 1:
+		return "whole"
+	case 2:
+		return "half"
+	case 3:
+		return "third"
+	case 4:
+		return "quarter"
+	}
+	return fmt.Sprintf("1/%d", n)
+}
+
+// duration writes d in seconds, or in milliseconds below one: "6 s", "100 ms".
+func duration(d time.Duration) string {
+	if d >= time.Second {
+		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
+	}
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64) + " ms"
 }
 
 // loadAverage returns the first three fields of /proc/loadavg, or "unknown".

@@ -89,13 +89,7 @@ var redisCycle = cycleCoordinator{
 	clients: []cycleClient{
 		{"redislease", "push: the key's tracking (CLIENT TRACKING)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			rdb := newCycleRedis(addr)
-			return lockerFunc(func(ctx context.Context, subject string) (lease.Lease, error) {
-				l, err := redislease.Lock(ctx, rdb, subject)
-				if err != nil {
-					return nil, err
-				}
-				return l, nil
-			}), func() { rdb.Close() }, nil
+			return redislease.NewLocker(rdb, redislease.Config{}), func() { rdb.Close() }, nil
 		}},
 		{"redsync Mutex", "poll at 50–250 ms (redsync's default, at random; 32 tries)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			rdb := newCycleRedis(addr)
