@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/zukhruf/lease"
 )
 
 // The wait for a claim follows the recipe of etcd's concurrency.Mutex and
@@ -32,11 +34,18 @@ type claim struct {
 	key     string // prefix and the session's etcd lease in hex
 	rev     int64  // the key's create revision, 0 before it is known: the fencing token
 	granted int64  // the revision the claim was granted at
+	// fresh makes the claim put a key of its own even if the session has
+	// one: a Locker's (see enqueue).
+	fresh bool
 }
 
 func newClaim(s *concurrency.Session, r *renewer, name string) *claim {
-	prefix := name + "/"
-	return &claim{s: s, r: r, prefix: prefix, key: fmt.Sprintf("%s%x", prefix, s.Lease())}
+	return &claim{s: s, r: r, prefix: name + "/", key: keyOf(s, name)}
+}
+
+// keyOf returns the key of session s for the lock or election name.
+func keyOf(s *concurrency.Session, name string) string {
+	return fmt.Sprintf("%s/%x", name, s.Lease())
 }
 
 // lock waits until the session holds the lock, as concurrency.Mutex.Lock
@@ -44,29 +53,18 @@ func newClaim(s *concurrency.Session, r *renewer, name string) *claim {
 // session's once the keys created before it are gone and its own is still
 // there. If the wait fails, lock withdraws the key.
 func (c *claim) lock(ctx context.Context) error {
-	cli := c.s.Client()
-	absent := clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)
-	put := clientv3.OpPut(c.key, "", clientv3.WithLease(c.s.Lease()))
-	owner := clientv3.OpGet(c.prefix, clientv3.WithFirstCreate()...)
-	resp, err := cli.Txn(ctx).If(absent).Then(put, owner).Else(clientv3.OpGet(c.key), owner).Commit()
+	owner, err := c.enqueue(ctx)
 	if err != nil {
 		return c.withdraw(ctx, err)
 	}
-	c.rev = resp.Header.Revision
-	if !resp.Succeeded {
-		// The session has the key already: etcd's mutex takes it as its
-		// own, and so does Lock.
-		c.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
-	}
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision == c.rev {
-		c.granted = resp.Header.Revision
+	if owner == nil {
 		return nil
 	}
 	if err := c.waitDeletes(ctx); err != nil {
 		return c.withdraw(ctx, err)
 	}
 	// The session's etcd lease, and the key with it, may be gone.
-	got, err := cli.Get(ctx, c.key)
+	got, err := c.s.Client().Get(ctx, c.key)
 	if err != nil {
 		return c.withdraw(ctx, err)
 	}
@@ -75,6 +73,63 @@ func (c *claim) lock(ctx context.Context) error {
 	}
 	c.granted = got.Header.Revision
 	return nil
+}
+
+// tryLock takes the lock if no one holds it now, as concurrency.Mutex.TryLock
+// does: in the one transaction of enqueue, the key is put and the owner read.
+// If another key owns the lock, tryLock deletes its own, so that no claim is
+// left waiting, and returns an error wrapping [lease.ErrHeld].
+func (c *claim) tryLock(ctx context.Context) error {
+	owner, err := c.enqueue(ctx)
+	if err != nil {
+		return c.withdraw(ctx, err)
+	}
+	if owner == nil {
+		return nil
+	}
+	return c.withdraw(ctx, fmt.Errorf("%w: %s, created at revision %d, holds it",
+		lease.ErrHeld, quote(string(owner.Key)), owner.CreateRevision))
+}
+
+// enqueue puts the session's key if it has none and reads the owner of the
+// lock, the key under the prefix created first, in one transaction, as
+// concurrency.Mutex does. It returns the owner, or nil if it is the claim's
+// own key; then the claim is granted.
+//
+// A session that has the key already is given the same claim, as etcd's
+// mutex gives it, unless the claim is fresh: a Locker orders its leases of
+// one key in the process, so a key it finds is one that outlived its lease
+// (a release etcd did not answer). enqueue then deletes it, if it was not
+// made anew meanwhile, and puts its own, so that the new lease's token is
+// larger than the old one's.
+func (c *claim) enqueue(ctx context.Context) (owner *mvccpb.KeyValue, err error) {
+	cli := c.s.Client()
+	absent := clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)
+	put := clientv3.OpPut(c.key, "", clientv3.WithLease(c.s.Lease()))
+	first := clientv3.OpGet(c.prefix, clientv3.WithFirstCreate()...)
+	for {
+		resp, err := cli.Txn(ctx).If(absent).Then(put, first).Else(clientv3.OpGet(c.key), first).Commit()
+		if err != nil {
+			return nil, err
+		}
+		c.rev = resp.Header.Revision
+		if !resp.Succeeded {
+			c.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+			if c.fresh {
+				stale := clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.rev)
+				c.rev = 0 // no key of the claim's own yet
+				if _, err := cli.Txn(ctx).If(stale).Then(clientv3.OpDelete(c.key)).Commit(); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && kvs[0].CreateRevision != c.rev {
+			return kvs[0], nil
+		}
+		c.granted = resp.Header.Revision
+		return nil, nil
+	}
 }
 
 // campaign waits until the session leads the election with value, as

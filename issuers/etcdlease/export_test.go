@@ -16,7 +16,7 @@ func StartAt(ctx context.Context, s *concurrency.Session, subject, key string, r
 	if err != nil {
 		return nil, err
 	}
-	return start(r, s, subject, key, rev, granted, release), nil
+	return start(r, s, subject, key, rev, granted, release, nil), nil
 }
 
 // Following returns a channel that is closed once the goroutines that

@@ -18,18 +18,19 @@ import (
 // Lease is a claim held in etcd, a lock or a leadership, and the lease that
 // tells its holder when the claim is gone.
 //
-// A Lease is made by [Lock] or [Campaign]; there is no useful zero value. Its
-// methods are safe for concurrent use. It follows its claim with the watch of
-// its key and the state of the client's connection, and renews the session's
-// etcd lease on a stream of its own to keep a local deadline (see
-// [WithMargin]); all of it stops at the loss or at the release, whichever
-// comes first. Closing the session's client loses the lease with
-// [ErrClusterLost] if nothing did before.
+// A Lease is made by [Lock], [Campaign] or a [Locker]; there is no useful
+// zero value. Its methods are safe for concurrent use. It follows its claim
+// with the watch of its key and the state of the client's connection, and
+// renews the session's etcd lease on a stream of its own to keep a local
+// deadline (see [WithMargin]); all of it stops at the loss or at the
+// release, whichever comes first. Closing the session's client loses the
+// lease with [ErrClusterLost] if nothing did before.
 type Lease struct {
 	ctrl    *controller.Controller
 	key     string
 	rev     int64
 	release func(context.Context) error
+	free    func() // nil, or called once at the loss or after the release: a Locker's turn
 
 	stop     context.CancelFunc // stops following the claim
 	watchers sync.WaitGroup     // the goroutines that follow it
@@ -65,7 +66,8 @@ type Lease struct {
 // concurrency.NewSession.
 //
 // A session should hold one Lease per key at a time: etcd's mutex, and
-// Lock, give a session that locks a key twice the same claim.
+// Lock, give a session that locks a key twice the same claim. A [Locker]
+// orders the leases of one session and key in the process.
 func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Option) (*Lease, error) {
 	checkArgs(ctx, s, "Lock")
 	r, err := startRenewing(ctx, s, opts, true)
@@ -77,7 +79,7 @@ func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Optio
 		r.close()
 		return nil, fmt.Errorf("etcdlease: lock %s: %w", quote(key), err)
 	}
-	return start(r, s, key, c.key, c.rev, c.granted, c.unlock), nil
+	return start(r, s, key, c.key, c.rev, c.granted, c.unlock, nil), nil
 }
 
 // Campaign waits until the session leads the etcd election named election,
@@ -103,7 +105,7 @@ func Campaign(ctx context.Context, s *concurrency.Session, election, value strin
 		r.close()
 		return nil, fmt.Errorf("etcdlease: campaign %s: %w", quote(election), err)
 	}
-	return start(r, s, election, c.key, c.rev, c.granted, c.resign), nil
+	return start(r, s, election, c.key, c.rev, c.granted, c.resign, nil), nil
 }
 
 // checkArgs panics, naming the call, if ctx or s is nil or s was not made
@@ -186,10 +188,11 @@ func quote(s string) string {
 }
 
 // start makes the lease of a claim granted at revision granted, kept by
-// renewer r, and starts following it.
-func start(r *renewer, s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error) *Lease {
+// renewer r, and starts following it. free, if not nil, is called once: when
+// the lease is lost, or after its release.
+func start(r *renewer, s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error, free func()) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, release: release, stop: cancel, renew: r}
+	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, release: release, free: free, stop: cancel, renew: r}
 	// The renewer loses the lease from its own timer, whatever the
 	// goroutines below are doing; it stops when the lease stops following
 	// its claim.
@@ -223,31 +226,41 @@ func (l *Lease) Signal() *signal.Signal { return l.ctrl.Signal() }
 // slash, and the session's etcd lease in hex.
 func (l *Lease) Key() string { return l.key }
 
-// Revision returns the create revision of the holder's key: the fencing
-// token of this lease. Each later holder of the same lock or election has a
-// larger one, so a resource that remembers the largest revision it accepted
-// and refuses smaller ones refuses a holder that lost its lease, even one
-// whose signal has not told it yet. Inside etcd, a transaction guarded by
-// clientv3.Compare(clientv3.CreateRevision(l.Key()), "=", l.Revision()) does
-// the same.
+// Token returns the create revision of the holder's key: the fencing token
+// of this lease. Each later holder of the same lock or election has a larger
+// one, so a resource that remembers the largest token it accepted and
+// refuses smaller ones refuses a holder that lost its lease, even one whose
+// signal has not told it yet. Inside etcd, a transaction guarded by
+// clientv3.Compare(clientv3.CreateRevision(l.Key()), "=", l.Token()) does
+// the same. Successive calls return the same value.
+func (l *Lease) Token() int64 { return l.rev }
+
+// Revision returns the create revision of the holder's key, as [Lease.Token]
+// does.
+//
+// Deprecated: use [Lease.Token], the name every issuer uses.
 func (l *Lease) Revision() int64 { return l.rev }
 
 // Unlock releases the lease: it ends the signal first, so that nothing etcd
 // reports afterwards, not even the deletion of the key that the release
 // itself causes, loses it; it stops following the claim; then it deletes
 // the holder's key in etcd, bounded by ctx. A lease lost before Unlock stays
-// lost, and its key is deleted all the same.
+// lost, and its key is deleted all the same. A lease of a [Locker] deletes
+// the key only if it is still the one the lease put.
 //
 // Unlock returns the error etcd gave to the release, if any. Successive
 // calls, and calls of Resign, return the first call's result. Unlock and
 // Resign are the same release, named after etcd's mutex and election.
 func (l *Lease) Unlock(ctx context.Context) error {
 	l.once.Do(func() {
-		l.ctrl.End()
+		ended := l.ctrl.End() // false: lost, and the loss called free
 		l.stop()
 		l.watchers.Wait()
 		if err := l.release(ctx); err != nil {
 			l.err = fmt.Errorf("etcdlease: release %s: %w", quote(l.key), err)
+		}
+		if ended && l.free != nil {
+			l.free()
 		}
 	})
 	return l.err
@@ -260,6 +273,8 @@ func (l *Lease) Resign(ctx context.Context) error { return l.Unlock(ctx) }
 // lose loses the lease with cause, unless it was released, and stops
 // following the claim.
 func (l *Lease) lose(cause error) {
-	l.ctrl.Lose(cause)
+	if l.ctrl.Lose(cause) && l.free != nil {
+		l.free()
+	}
 	l.stop()
 }
