@@ -31,7 +31,11 @@
 // a lost.Error: errors.Is(sig.Err(), etcdlease.ErrKeyDeleted) tells which.
 //
 // A signal warns the holder; it does not stop a write already on its way.
-// [Lease.Revision], the create revision of the holder's key, is the fencing
+// [Lease.Token], the create revision of the holder's key, is the fencing
 // token a resource checks to refuse a holder that lost its lease (see ADR
 // 0001, "a lease is not a fencing token", in the repository's docs/adr).
+//
+// A [Locker] takes locks through one session as a
+// [github.com/zukhruf/lease.TryLocker], the API every issuer of the
+// repository implements, which adds TryLock.
 package etcdlease

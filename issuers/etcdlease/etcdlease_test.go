@@ -116,7 +116,7 @@ func TestUnlockThenRevokeNeverLost(t *testing.T) {
 	s := newSession(t, srv)
 	l := mustLock(t, s, lockName)
 	probe := probeLoss(t, l.Signal())
-	events := watchKey(t, op, l.Key(), l.Revision())
+	events := watchKey(t, op, l.Key(), l.Token())
 
 	if err := l.Unlock(t.Context()); err != nil {
 		t.Fatalf("Unlock: %v", err)
@@ -158,7 +158,7 @@ func TestResignNeverLost(t *testing.T) {
 
 	leader := mustCampaign(t, s1, electionName, "first")
 	probe := probeLoss(t, leader.Signal())
-	events := watchKey(t, op, leader.Key(), leader.Revision())
+	events := watchKey(t, op, leader.Key(), leader.Token())
 
 	if err := leader.Resign(t.Context()); err != nil {
 		t.Fatalf("Resign: %v", err)

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/issuers/etcdlease"
 	"github.com/zukhruf/lease/issuers/etcdlease/internal/etcdtest"
 	"github.com/zukhruf/lease/lost"
@@ -57,7 +58,7 @@ func ExampleLock() {
 	}
 	defer l.Unlock(ctx)
 	sig := l.Signal()
-	fmt.Println("holding:", sig.Err() == nil, "fencing revision > 0:", l.Revision() > 0)
+	fmt.Println("holding:", sig.Err() == nil, "token > 0:", l.Token() > 0)
 
 	if _, err := cli.Revoke(ctx, s.Lease()); err != nil {
 		log.Fatal(err)
@@ -71,9 +72,46 @@ func ExampleLock() {
 	// hears first, and it does not wait to ask etcd why.
 	fmt.Println("key deleted:", errors.Is(sig.Err(), etcdlease.ErrKeyDeleted))
 	// Output:
-	// holding: true fencing revision > 0: true
+	// holding: true token > 0: true
 	// lost: /locks/orders
 	// key deleted: true
+}
+
+// A Locker takes locks through the API every issuer implements; a TryLock
+// of a held lock, from another session, is refused at once.
+func ExampleNewLocker() {
+	cli, s, stop := exampleSession()
+	defer stop()
+	ctx := context.Background()
+
+	l, err := etcdlease.NewLocker(s).Lock(ctx, "/locks/orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding:", l.Signal().Err() == nil, "token > 0:", l.Token() > 0)
+
+	other, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer other.Close()
+	second := etcdlease.NewLocker(other)
+	_, err = second.TryLock(ctx, "/locks/orders")
+	fmt.Println("held:", errors.Is(err, lease.ErrHeld))
+
+	if err := l.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	next, err := second.TryLock(ctx, "/locks/orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer next.Unlock(ctx)
+	fmt.Println("after Unlock: a larger token:", next.Token() > l.Token())
+	// Output:
+	// holding: true token > 0: true
+	// held: true
+	// after Unlock: a larger token: true
 }
 
 // A leader's key is deleted by hand: the coordinator refused the claim.

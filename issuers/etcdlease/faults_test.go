@@ -695,7 +695,7 @@ func pausedHolder(spec string) int {
 	fmt.Println("checked") // the signal says live: the write follows
 	bufio.NewReader(os.Stdin).ReadString('\n')
 	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(l.Key()), "=", l.Revision())).
+		If(clientv3.Compare(clientv3.CreateRevision(l.Key()), "=", l.Token())).
 		Then(clientv3.OpPut(key+"-resource", "A")).
 		Commit()
 	if err != nil {
@@ -764,7 +764,7 @@ func pausedTrial(t *testing.T, c *etcdtest.Cluster, key string) (refused bool) {
 		t.Errorf("the paused holder's stale write: %s, want refused", l)
 	}
 	resp, err := op.Txn(t.Context()).
-		If(clientv3.Compare(clientv3.CreateRevision(b.Key()), "=", b.Revision())).
+		If(clientv3.Compare(clientv3.CreateRevision(b.Key()), "=", b.Token())).
 		Then(clientv3.OpPut(key+"-resource", "B")).
 		Commit()
 	if err != nil {

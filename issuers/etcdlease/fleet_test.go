@@ -84,15 +84,15 @@ func TestMixedFleet(t *testing.T) {
 				t.Fatal(r.err)
 			}
 			checkKey(t, r.lease, lockName, s2)
-			if r.lease.Revision() <= rev1 {
-				t.Errorf("Revision() = %d, want more than etcd's first holder's %d", r.lease.Revision(), rev1)
+			if r.lease.Token() <= rev1 {
+				t.Errorf("Token() = %d, want more than etcd's first holder's %d", r.lease.Token(), rev1)
 			}
 			resp, err := op.Get(t.Context(), sessionKey(lockName, s2))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != r.lease.Revision() {
-				t.Errorf("the lease's key in etcd = %v, want create revision %d", resp.Kvs, r.lease.Revision())
+			if len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != r.lease.Token() {
+				t.Errorf("the lease's key in etcd = %v, want create revision %d", resp.Kvs, r.lease.Token())
 			}
 			select {
 			case g := <-third:
@@ -110,8 +110,8 @@ func TestMixedFleet(t *testing.T) {
 			if g.err != nil {
 				t.Fatal(g.err)
 			}
-			if g.rev <= r.lease.Revision() {
-				t.Errorf("etcd's third holder's revision = %d, want more than the lease's %d", g.rev, r.lease.Revision())
+			if g.rev <= r.lease.Token() {
+				t.Errorf("etcd's third holder's revision = %d, want more than the lease's %d", g.rev, r.lease.Token())
 			}
 			if err := g.release(t.Context()); err != nil {
 				t.Fatal(err)

@@ -361,7 +361,7 @@ type claimed struct {
 func claimBehind(t *testing.T, op *clientv3.Client, first *etcdlease.Lease, name string, s *concurrency.Session,
 	claim func(context.Context) (*etcdlease.Lease, error)) <-chan claimed {
 	t.Helper()
-	prefix := watchKey(t, op, name+"/", first.Revision()+1, clientv3.WithPrefix())
+	prefix := watchKey(t, op, name+"/", first.Token()+1, clientv3.WithPrefix())
 	c := make(chan claimed, 1)
 	go func() {
 		l, err := claim(t.Context())
@@ -380,8 +380,8 @@ func checkNext(t *testing.T, c <-chan claimed, first *etcdlease.Lease, who strin
 		t.Fatalf("%s's claim: %v", who, r.err)
 	}
 	next := r.lease
-	if next.Revision() <= first.Revision() {
-		t.Errorf("%s's Revision() = %d, want more than the first's %d", who, next.Revision(), first.Revision())
+	if next.Token() <= first.Token() {
+		t.Errorf("%s's Token() = %d, want more than the first's %d", who, next.Token(), first.Token())
 	}
 	if err := next.Signal().Err(); err != nil {
 		t.Errorf("%s's Err() = %v, want nil", who, err)
@@ -391,7 +391,7 @@ func checkNext(t *testing.T, c <-chan claimed, first *etcdlease.Lease, who strin
 
 // checkFenced checks that a write inside etcd guarded by a lease's fencing
 // token, clientv3.Compare(clientv3.CreateRevision(l.Key()), "=",
-// l.Revision()), is refused for first, which lost the lock, and done for
+// l.Token()), is refused for first, which lost the lock, and done for
 // next, which holds it.
 func checkFenced(t *testing.T, op *clientv3.Client, first, next *etcdlease.Lease) {
 	t.Helper()
@@ -401,7 +401,7 @@ func checkFenced(t *testing.T, op *clientv3.Client, first, next *etcdlease.Lease
 		want bool
 	}{{"first", first, false}, {"next", next, true}} {
 		resp, err := op.Txn(t.Context()).
-			If(clientv3.Compare(clientv3.CreateRevision(c.l.Key()), "=", c.l.Revision())).
+			If(clientv3.Compare(clientv3.CreateRevision(c.l.Key()), "=", c.l.Token())).
 			Then(clientv3.OpPut("/fenced/"+c.name, "")).
 			Commit()
 		if err != nil {

@@ -136,7 +136,7 @@ func run(out io.Writer) error {
 		return err
 	}
 	defer a.Unlock(ctx)
-	tl.say("holder A", "locked %s: key %s, fencing revision %d", lockName, a.Key(), a.Revision())
+	tl.say("holder A", "locked %s: key %s, fencing revision %d", lockName, a.Key(), a.Token())
 
 	type locked struct {
 		l   *etcdlease.Lease
@@ -167,10 +167,10 @@ func run(out io.Writer) error {
 			break
 		}
 		batch := fmt.Sprintf("batch %d", n)
-		if err := wh.write(a.Revision(), batch); err != nil {
+		if err := wh.write(a.Token(), batch); err != nil {
 			return fmt.Errorf("holder A: %w", err)
 		}
-		tl.say("holder A", "%s stored with fencing revision %d", batch, a.Revision())
+		tl.say("holder A", "%s stored with fencing revision %d", batch, a.Token())
 		if n == 3 && !revoked {
 			revoked = true
 			if _, err := op.Revoke(ctx, sa.Lease()); err != nil {
@@ -196,19 +196,19 @@ func run(out io.Writer) error {
 	case <-ctx.Done():
 		return errors.New("holder B never got the lock")
 	}
-	tl.say("holder B", "locked %s: key %s, fencing revision %d", lockName, b.Key(), b.Revision())
+	tl.say("holder B", "locked %s: key %s, fencing revision %d", lockName, b.Key(), b.Token())
 	for n := 4; n <= 6; n++ {
 		if err := b.Signal().Err(); err != nil {
 			return fmt.Errorf("holder B: %w", err)
 		}
 		batch := fmt.Sprintf("batch %d", n)
-		if err := wh.write(b.Revision(), batch); err != nil {
+		if err := wh.write(b.Token(), batch); err != nil {
 			return fmt.Errorf("holder B: %w", err)
 		}
-		tl.say("holder B", "%s stored with fencing revision %d", batch, b.Revision())
+		tl.say("holder B", "%s stored with fencing revision %d", batch, b.Token())
 		if n == 4 {
 			// A retry of A's, sent before A was told, arrives only now.
-			if err := wh.write(a.Revision(), late); err != nil {
+			if err := wh.write(a.Token(), late); err != nil {
 				tl.say("warehouse", "refused a late retry of A's %s: %v", late, err)
 			} else {
 				return errors.New("the warehouse took a write from a holder that lost its lease")
@@ -220,6 +220,6 @@ func run(out io.Writer) error {
 	}
 	tl.say("holder B", "unlocked; its signal after the release: Err() = %v", b.Signal().Err())
 
-	fmt.Fprintf(out, "\nfencing revisions: A %d, B %d; the warehouse holds %v\n", a.Revision(), b.Revision(), wh.stored)
+	fmt.Fprintf(out, "\nfencing revisions: A %d, B %d; the warehouse holds %v\n", a.Token(), b.Token(), wh.stored)
 	return nil
 }
