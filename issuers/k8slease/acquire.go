@@ -16,14 +16,28 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/zukhruf/lease"
 )
 
 // acquire waits until identity holds the Lease, and returns the Lease as
 // the write that gave it left it, and the send time of that write. A Lock
 // cut by ctx returns an error that wraps ctx.Err() and the last failure, if
 // any.
-func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInterface, name, identity string) (*coordinationv1.Lease, time.Time, error) {
+//
+// With try, it does not wait for a holder: the first round that finds the
+// Lease held returns an error wrapping [lease.ErrHeld]. try is what the
+// caller observed of the record before, and is left holding what this
+// acquire observed, so that a later try counts the same version's age from
+// its first sight, as a waiting Lock does; a failure that may heal, or a
+// conflict with another write, still takes another round, as in a Lock.
+func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInterface, name, identity string, try *observation) (*coordinationv1.Lease, time.Time, error) {
 	a := &acquirer{c: c, leases: leases, name: name, identity: identity}
+	if try != nil {
+		a.try = true
+		a.observed, a.observedAt = try.version, try.at
+		defer func() { *try = observation{a.observed, a.observedAt} }()
+	}
 	defer func() {
 		if a.w != nil {
 			a.w.Stop()
@@ -38,6 +52,8 @@ func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInte
 			return nil, time.Time{}, err
 		case got != nil:
 			return got, a.sent, nil
+		case a.try && a.held != nil:
+			return nil, time.Time{}, fmt.Errorf("%w: the Lease records %s", lease.ErrHeld, describe(a.held))
 		case ctx.Err() != nil:
 			return nil, time.Time{}, a.cut(ctx)
 		}
@@ -64,6 +80,13 @@ func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInte
 	}
 }
 
+// observation is a version of a Lease's record and when a candidate first
+// saw it.
+type observation struct {
+	version string
+	at      time.Time
+}
+
 // acquirer is the state of one acquire.
 type acquirer struct {
 	c              Config
@@ -73,6 +96,9 @@ type acquirer struct {
 	observed   string    // the resourceVersion of the record last observed
 	observedAt time.Time // when it was first seen
 	sent       time.Time // the send time of the last write that tried to take the Lease
+
+	try  bool                  // a TryLock: no waiting for a holder
+	held *coordinationv1.Lease // the record of the last round, if it found the Lease held
 
 	w         watch.Interface
 	changes   <-chan watch.Event // w's events: a wake-up, nothing more
@@ -88,6 +114,7 @@ type acquirer struct {
 // this candidate took it; an error if no retry can take it; otherwise how
 // long to wait, unless the watch wakes it sooner, before the next round.
 func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Duration, error) {
+	a.held = nil
 	cur, err := a.leases.Get(ctx, a.name, metav1.GetOptions{})
 	a.note(err)
 	switch {
@@ -148,6 +175,7 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 	expires := a.observedAt.Add(durationOf(cur))
 	if holder(cur) != "" && time.Now().Before(expires) {
 		a.healthy()
+		a.held = cur
 		return nil, min(a.c.RetryPeriod, time.Until(expires)), nil
 	}
 	a.sent = time.Now()

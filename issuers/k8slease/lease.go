@@ -73,32 +73,46 @@ func (c Config) Lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 	if ctx == nil {
 		panic("k8slease: Lock called with a nil context")
 	}
+	return c.lock(ctx, cs, namespace, name, identity, claim{call: "lock", subject: namespace + "/" + name})
+}
+
+// claim is how a lock asks for the Lease: the call its errors name, the
+// subject its signal names, and, for a TryLock, what its Locker observed of
+// the record (nil for a Lock, which waits).
+type claim struct {
+	call    string
+	subject string
+	try     *observation
+}
+
+// lock is [Config.Lock] and [Locker]'s Lock and TryLock: the one grant path.
+func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, name, identity string, cl claim) (*Lease, error) {
 	sub := subject(namespace, name)
 	if err := checkArgs(cs, namespace, name, identity); err != nil {
-		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
+		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	c, err := c.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
+		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	unreserve, err := c.reserve(cs)
 	if err != nil {
-		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
+		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	leases := cs.CoordinationV1().Leases(namespace)
-	got, sent, err := c.acquire(ctx, leases, name, identity)
+	got, sent, err := c.acquire(ctx, leases, name, identity, cl.try)
 	if err != nil {
 		unreserve()
-		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
+		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	tok, err := token(got)
 	if err != nil {
 		unreserve()
 		c.giveUp(leases, name, identity, sent)
-		return nil, fmt.Errorf("k8slease: lock %s: %w", sub, err)
+		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	l := &Lease{
-		ctrl:     controller.New(namespace + "/" + name),
+		ctrl:     controller.New(cl.subject),
 		leases:   leases,
 		name:     name,
 		identity: identity,
