@@ -2,7 +2,9 @@
 // (coordination.k8s.io/v1), the objects client-go's leader election writes:
 // [Lock] takes one and hands its holder a [signal.Signal] that is lost the
 // moment another candidate could take the Lease over, and never because the
-// holder released it.
+// holder released it. [NewLocker] gives the same leases through
+// lease.TryLocker, the API every issuer of the repository implements, a
+// subject being a Lease's name.
 //
 // It is an issuer in the sense of package controller: it keeps the
 // controller.Controller of each lease to itself, calls its Lose when the
