@@ -28,7 +28,8 @@ K8S_FAULT_TRIALS ?= 30
 ## e2e-k8s: vet the Kubernetes example and run its tests against a real
 ## kube-apiserver, under the race detector: 3 trials of each fault with
 ## client-go's LeaderElector beside the holder, a mixed fleet, mutual
-## exclusion of 3 holders over 100 rounds, the demo.
+## exclusion of 3 holders over 100 rounds, leasetest's conformance suite
+## on the Locker, the demo.
 e2e-k8s: k8s-apiserver
 	cd $(K8S_EXAMPLE) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./...
 
