@@ -30,9 +30,10 @@ type Config struct {
 	// HandOvers is how many hand-overs the contended phase makes (30).
 	HandOvers int
 	// Settle is how long the waiter is left in its Lock before the holder
-	// unlocks, plus up to half of it more at random, so that a waiter that
-	// polls is caught at every phase of its period (100 ms).
-	Settle time.Duration
+	// unlocks (100 ms), plus a time up to Spread at random (Settle/2), so
+	// that a waiter that polls is caught at every phase of its period: a
+	// Spread of the waiter's longest period.
+	Settle, Spread time.Duration
 	// Timeout bounds each Lock and Unlock (30 s).
 	Timeout time.Duration
 	// Warmup is how many cycles each locker makes before the figures,
@@ -62,6 +63,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Settle <= 0 {
 		c.Settle = 100 * time.Millisecond
+	}
+	if c.Spread <= 0 {
+		c.Spread = c.Settle / 2
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second
@@ -254,7 +258,7 @@ func handOver(ctx context.Context, a, b lease.Locker, subject string, c Config) 
 		}
 		return g, nil
 	}
-	settle := c.Settle + rand.N(c.Settle/2+1)
+	settle := c.Settle + rand.N(c.Spread+1)
 	select {
 	case g := <-got:
 		held.Unlock(ctx)
