@@ -23,6 +23,13 @@ type cycleClient struct {
 	name   string
 	learns string // how its waiter learns the subject is free
 	open   func(ctx context.Context, addr string) (lease.Locker, func(), error)
+	// poll, for a waiter that polls, is its longest period, which the
+	// random part of a hand-over's wait spans when it is longer than the
+	// run's (see lockcycle.Config.Spread).
+	poll time.Duration
+	// handOvers, if not 0, is the client's count of hand-overs in place
+	// of the run's: fewer where each takes seconds.
+	handOvers int
 }
 
 // cycleCoordinator is a server the table measures, and its clients.
@@ -30,19 +37,18 @@ type cycleCoordinator struct {
 	issuer  string // the lock-set runs' name, which starts the server
 	name    string // the table's
 	clients []cycleClient
-	version func(ctx context.Context, addr string) (string, error)
+	version func(ctx context.Context, r *runner, addr string) (string, error)
 }
 
 // cycleCoordinators are the coordinators of the table, in its order.
-// Kubernetes is left out: see docs/benchmarks.md.
-var cycleCoordinators = []cycleCoordinator{redisCycle, etcdCycle, pgCycle, mysqlCycle}
+var cycleCoordinators = []cycleCoordinator{redisCycle, etcdCycle, pgCycle, mysqlCycle, kubeCycle}
 
 // cycleMain is "lockset cycle": the lock cycle of each issuer beside its
 // peers, each coordinator's clients on one server it starts, into one
 // table; printed, and written into the doc's section when -doc names one.
 func cycleMain(args []string) error {
 	fs := flag.NewFlagSet("cycle", flag.ExitOnError)
-	only := fs.String("coordinators", "redis,etcd,pg,mysql", "the coordinators to measure, by their lock-set names")
+	only := fs.String("coordinators", "redis,etcd,pg,mysql,k8s", "the coordinators to measure, by their lock-set names")
 	doc := fs.String("doc", "", "the markdown file whose lock-cycle section the table replaces")
 	command := fs.String("command", "make bench-lock", "the command the doc names as the table's")
 	commit := fs.String("commit", "", "the commit the doc names as the one measured")
@@ -53,11 +59,16 @@ func cycleMain(args []string) error {
 	fs.IntVar(&c.Goroutines, "goroutines", 32, "the goroutines of the throughput")
 	fs.IntVar(&c.PerGoroutine, "per-goroutine", 20, "the cycles each goroutine of the throughput makes")
 	fs.IntVar(&c.HandOvers, "handovers", 30, "the hand-overs of the contended subject")
-	fs.DurationVar(&c.Settle, "settle", 100*time.Millisecond, "how long a waiter waits in Lock before the holder unlocks, plus up to half as long at random")
+	fs.DurationVar(&c.Settle, "settle", 100*time.Millisecond, "how long a waiter waits in Lock before the holder unlocks, plus up to half as long at random (or a polling waiter's longest period)")
 	rounds := fs.Int("rounds", 3, "the rounds of each coordinator: each client makes a part of each figure's samples in each")
 	fs.Parse(args)
 	if *rounds < 1 {
 		return fmt.Errorf("cycle: -rounds %d: at least 1", *rounds)
+	}
+	// Each round makes a part of each count: none may be fewer than the
+	// rounds.
+	if least := min(c.Cycles, c.MinCycles, c.PerGoroutine, c.HandOvers); least < *rounds {
+		return fmt.Errorf("cycle: -rounds %d: more than a count of cycles or hand-overs, %d", *rounds, least)
 	}
 
 	self, err := os.Executable()
@@ -68,9 +79,15 @@ func cycleMain(args []string) error {
 	start := time.Now()
 	var rows []lockcycle.Row
 	var versions []string
+	handOvers := ""
 	for _, co := range cycleCoordinators {
 		if !strings.Contains(","+*only+",", ","+co.issuer+",") {
 			continue
+		}
+		for _, cl := range co.clients {
+			if cl.handOvers > 0 {
+				handOvers += fmt.Sprintf(" (%d for %s)", cl.handOvers, cl.name)
+			}
 		}
 		rs, version, err := measureCoordinator(co, self, c, *rounds)
 		if err != nil {
@@ -79,7 +96,7 @@ func cycleMain(args []string) error {
 		rows = append(rows, rs...)
 		versions = append(versions, co.name+" "+version)
 	}
-	body := cycleDocBody(lockcycle.Table(rows), cycleRun{command: *command, commit: *commit, versions: versions, config: c, rounds: *rounds,
+	body := cycleDocBody(lockcycle.Table(rows), cycleRun{command: *command, commit: *commit, versions: versions, handOvers: handOvers, config: c, rounds: *rounds,
 		loadBefore: loadBefore, loadAfter: loadAverage(), took: time.Since(start), at: start})
 	fmt.Print("\n" + body)
 	if *doc == "" {
@@ -117,7 +134,7 @@ func measureCoordinator(co cycleCoordinator, self string, c lockcycle.Config, ro
 		return nil, "", fmt.Errorf("start the server: %w", err)
 	}
 	ctx := context.Background()
-	version, err := co.version(ctx, addr)
+	version, err := co.version(ctx, r, addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("the server's version: %w", err)
 	}
@@ -139,7 +156,12 @@ func measureCoordinator(co cycleCoordinator, self string, c lockcycle.Config, ro
 	for round := range rounds {
 		for i, cl := range co.clients {
 			fmt.Printf("lockcycle: %s, %s, round %d of %d\n", co.name, cl.name, round+1, rounds)
-			rc := perRound(c, rounds)
+			cc := c
+			if cl.handOvers > 0 {
+				cc.HandOvers = cl.handOvers
+			}
+			cc.Spread = max(cc.Settle/2, cl.poll)
+			rc := perRound(cc, rounds, round)
 			rc.Prefix = fmt.Sprintf("cycle-%s-r%d", slug(cl.name), round)
 			res, err := lockcycle.Measure(ctx, clients[i].a, clients[i].b, rc)
 			if err != nil {
@@ -155,9 +177,15 @@ func measureCoordinator(co cycleCoordinator, self string, c lockcycle.Config, ro
 	return rows, version, nil
 }
 
-// perRound returns the part of c that one of rounds makes.
-func perRound(c lockcycle.Config, rounds int) lockcycle.Config {
-	part := func(n int) int { return (n + rounds - 1) / rounds }
+// perRound returns the part of c that round makes, of rounds: the counts
+// shared out so that the rounds add up to c's.
+func perRound(c lockcycle.Config, rounds, round int) lockcycle.Config {
+	part := func(n int) int {
+		if round < n%rounds {
+			return n/rounds + 1
+		}
+		return n / rounds
+	}
 	c.Cycles, c.MinCycles = part(c.Cycles), part(c.MinCycles)
 	c.PerGoroutine, c.HandOvers = part(c.PerGoroutine), part(c.HandOvers)
 	c.Budget /= time.Duration(rounds)
@@ -187,6 +215,7 @@ func slug(name string) string {
 type cycleRun struct {
 	command, commit       string
 	versions              []string
+	handOvers             string // the clients' own counts of hand-overs, if any
 	config                lockcycle.Config
 	rounds                int
 	loadBefore, loadAfter string
@@ -209,28 +238,29 @@ func cycleDocBody(table string, r cycleRun) string {
 	b.WriteString(".\n\n")
 	b.WriteString(table)
 	c := r.config
+	turns := ""
+	if r.rounds > 1 {
+		turns = fmt.Sprintf(", and take turns in %d rounds, each client a %s of its samples in each, so that a change in the machine's load falls on them alike", r.rounds, part(r.rounds))
+	}
 	fmt.Fprintf(&b, `
 Every client locks through `+"`lease.Locker`"+` and is measured by one function,
 [lockcycle.Measure](../internal/lockset/lockcycle/measure.go); the clients of a coordinator share one
-server, a process of its own on the loopback interface, and take turns in %d rounds, each client a
-%s of its samples in each, so that a change in the machine's load falls on them alike. A cycle is Lock
+server, a process of its own on the loopback interface%s. A cycle is Lock
 of a free subject then Unlock, from Lock's call to Unlock's return, each on a new subject: from one
 goroutine, up to %s cycles, fewer where %s did not allow them, at least %s; then %d goroutines of %d
-cycles each, on subjects of their own. A hand-over, %d times on one subject: the holder holds it, a
-second client of the same kind waits in Lock for %s to %s, the holder calls Unlock; the figure is the
+cycles each, on subjects of their own. A hand-over, %d times on one subject%s: the holder holds it, a
+second client of the same kind waits in Lock for %s plus a time at random up to %s, or up to its
+longest period if it polls and that is longer, the holder calls Unlock; the figure is the
 time from that call to the return of the waiter's Lock. A peer's lease is a signal that is never lost,
-and its token the peer's own or 0. Kubernetes is not in the table: its server, a kube-apiserver, takes
-20 to 45 minutes to build the first time, and a run is meant to take minutes.
-`, r.rounds, part(r.rounds), lockcycle.Count(c.Cycles), duration(c.Budget), lockcycle.Count(c.MinCycles),
-		c.Goroutines, c.PerGoroutine, c.HandOvers, duration(c.Settle), duration(c.Settle*3/2))
+and its token the peer's own or 0.
+`, turns, lockcycle.Count(c.Cycles), duration(c.Budget), lockcycle.Count(c.MinCycles),
+		c.Goroutines, c.PerGoroutine, c.HandOvers, r.handOvers, duration(c.Settle), duration(c.Settle/2))
 	return b.String()
 }
 
 // part names one of n parts: "third" of 3.
 func part(n int) string {
 	switch n {
-	case 1:
-		return "whole"
 	case 2:
 		return "half"
 	case 3:

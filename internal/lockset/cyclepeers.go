@@ -75,7 +75,7 @@ const (
 var redisCycle = cycleCoordinator{
 	issuer: "redis",
 	name:   "Redis",
-	version: func(ctx context.Context, addr string) (string, error) {
+	version: func(ctx context.Context, _ *runner, addr string) (string, error) {
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		defer rdb.Close()
 		info, err := rdb.Info(ctx, "server").Result()
@@ -87,11 +87,11 @@ var redisCycle = cycleCoordinator{
 		return "", fmt.Errorf("no redis_version in INFO: %w", err)
 	},
 	clients: []cycleClient{
-		{"redislease", "push: the key's tracking (CLIENT TRACKING)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "redislease", learns: "push: the key's tracking (CLIENT TRACKING)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			rdb := newCycleRedis(addr)
 			return redislease.NewLocker(rdb, redislease.Config{}), func() { rdb.Close() }, nil
 		}},
-		{"redsync Mutex", "poll at 50–250 ms (redsync's default, at random; 32 tries)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "redsync Mutex", learns: "poll at 50–250 ms (redsync's default, at random; 32 tries)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			rdb := newCycleRedis(addr)
 			rs := redsync.New(goredis.NewPool(rdb))
 			return lockerFunc(func(ctx context.Context, subject string) (lease.Lease, error) {
@@ -104,8 +104,8 @@ var redisCycle = cycleCoordinator{
 					return err
 				}), nil
 			}), func() { rdb.Close() }, nil
-		}},
-		{"bsm/redislock", "poll at 10 ms (linear retry, set here: its default is none)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		}, poll: 250 * time.Millisecond},
+		{name: "bsm/redislock", learns: "poll at 10 ms (linear retry, set here: its default is none)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			rdb := newCycleRedis(addr)
 			c := redislock.New(rdb)
 			opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)}
@@ -117,7 +117,7 @@ var redisCycle = cycleCoordinator{
 				return newPeerLease(subject, 0, l.Release), nil
 			}), func() { rdb.Close() }, nil
 		}},
-		{"SET NX PX + EVAL", "poll at 10 ms (set here)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "SET NX PX + EVAL", learns: "poll at 10 ms (set here)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			rdb := newCycleRedis(addr)
 			return lockerFunc(func(ctx context.Context, subject string) (lease.Lease, error) {
 				return setNXLock(ctx, rdb, subject)
@@ -161,7 +161,7 @@ func setNXLock(ctx context.Context, rdb *redis.Client, key string) (lease.Lease,
 var etcdCycle = cycleCoordinator{
 	issuer: "etcd",
 	name:   "etcd",
-	version: func(ctx context.Context, addr string) (string, error) {
+	version: func(ctx context.Context, _ *runner, addr string) (string, error) {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, Logger: zap.NewNop()})
 		if err != nil {
 			return "", err
@@ -174,20 +174,14 @@ var etcdCycle = cycleCoordinator{
 		return st.Version, nil
 	},
 	clients: []cycleClient{
-		{"etcdlease", learnsWatch + " (the key before it)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "etcdlease", learns: learnsWatch + " (the key before it)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			s, closeS, err := newCycleSession(addr)
 			if err != nil {
 				return nil, nil, err
 			}
-			return lockerFunc(func(ctx context.Context, subject string) (lease.Lease, error) {
-				l, err := etcdlease.Lock(ctx, s, "/cycle/"+subject)
-				if err != nil {
-					return nil, err
-				}
-				return etcdLease{l}, nil
-			}), closeS, nil
+			return etcdlease.NewLocker(s), closeS, nil
 		}},
-		{"concurrency.Mutex", learnsWatch + " (the key before it)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "concurrency.Mutex", learns: learnsWatch + " (the key before it)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			s, closeS, err := newCycleSession(addr)
 			if err != nil {
 				return nil, nil, err
@@ -202,11 +196,6 @@ var etcdCycle = cycleCoordinator{
 		}},
 	},
 }
-
-// etcdLease is an etcdlease.Lease, whose token is its Revision.
-type etcdLease struct{ *etcdlease.Lease }
-
-func (l etcdLease) Token() int64 { return l.Revision() }
 
 // newCycleSession returns a session on a client of its own, and its close.
 func newCycleSession(addr string) (*concurrency.Session, func(), error) {
@@ -225,7 +214,7 @@ func newCycleSession(addr string) (*concurrency.Session, func(), error) {
 var pgCycle = cycleCoordinator{
 	issuer: "pg",
 	name:   "PostgreSQL",
-	version: func(ctx context.Context, addr string) (string, error) {
+	version: func(ctx context.Context, _ *runner, addr string) (string, error) {
 		pool, err := pgxpool.New(ctx, pgConnString(addr))
 		if err != nil {
 			return "", err
@@ -236,14 +225,14 @@ var pgCycle = cycleCoordinator{
 		return v, err
 	},
 	clients: []cycleClient{
-		{"pglease", learnsServerWait + " (pg_advisory_lock)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "pglease", learns: learnsServerWait + " (pg_advisory_lock)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			pool, err := newCyclePool(ctx, addr)
 			if err != nil {
 				return nil, nil, err
 			}
 			return pglease.NewLocker(pool, pglease.Config{}), pool.Close, nil
 		}},
-		{"pg_advisory_lock by hand", learnsServerWait, func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "pg_advisory_lock by hand", learns: learnsServerWait, open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			pool, err := newCyclePool(ctx, addr)
 			if err != nil {
 				return nil, nil, err
@@ -289,7 +278,7 @@ func newCyclePool(ctx context.Context, addr string) (*pgxpool.Pool, error) {
 var mysqlCycle = cycleCoordinator{
 	issuer: "mysql",
 	name:   "MariaDB",
-	version: func(ctx context.Context, addr string) (string, error) {
+	version: func(ctx context.Context, _ *runner, addr string) (string, error) {
 		db, err := sql.Open("mysql", mysqlDSN(addr))
 		if err != nil {
 			return "", err
@@ -300,14 +289,14 @@ var mysqlCycle = cycleCoordinator{
 		return v, err
 	},
 	clients: []cycleClient{
-		{"mysqllease", learnsServerWait + " (GET_LOCK, in steps of its heartbeat, 1 s)", func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "mysqllease", learns: learnsServerWait + " (GET_LOCK, in steps of its heartbeat, 1 s)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			db, err := newCycleDB(addr)
 			if err != nil {
 				return nil, nil, err
 			}
 			return mysqllease.NewLocker(db, mysqllease.Config{}), func() { db.Close() }, nil
 		}},
-		{"GET_LOCK by hand", learnsServerWait, func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "GET_LOCK by hand", learns: learnsServerWait, open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			db, err := newCycleDB(addr)
 			if err != nil {
 				return nil, nil, err

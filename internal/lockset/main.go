@@ -6,7 +6,7 @@
 //	lockset run -issuer etcd -seconds 600 -seed 7 [-mix all] [-out DIR]
 //	lockset all -seconds 600 -seeds 10 [-doc FILE]
 //	lockset check -history DIR/history.jsonl
-//	lockset cycle [-coordinators redis,etcd,pg,mysql] [-doc FILE]
+//	lockset cycle [-coordinators redis,etcd,pg,mysql,k8s] [-doc FILE]
 //
 // run prints the folder of the run, which holds history.jsonl, summary.json
 // and, for every lock with a violation, porcupine's view of it. check
