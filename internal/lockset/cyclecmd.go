@@ -60,7 +60,7 @@ func cycleMain(args []string) error {
 	fs.IntVar(&c.PerGoroutine, "per-goroutine", 20, "the cycles each goroutine of the throughput makes")
 	fs.IntVar(&c.HandOvers, "handovers", 30, "the hand-overs of the contended subject")
 	fs.DurationVar(&c.Settle, "settle", 100*time.Millisecond, "how long a waiter waits in Lock before the holder unlocks, plus up to half as long at random (or a polling waiter's longest period)")
-	rounds := fs.Int("rounds", 3, "the rounds of each coordinator: each client makes a part of each figure's samples in each")
+	rounds := fs.Int("rounds", 5, "the rounds of each coordinator: each client makes a part of each figure's samples in each")
 	fs.Parse(args)
 	if *rounds < 1 {
 		return fmt.Errorf("cycle: -rounds %d: at least 1", *rounds)
@@ -267,12 +267,21 @@ func part(n int) string {
 		return "third"
 	case 4:
 		return "quarter"
+	case 5:
+		return "fifth"
 	}
 	return fmt.Sprintf("1/%d", n)
 }
 
-// duration writes d in seconds, or in milliseconds below one: "6 s", "100 ms".
+// duration writes d in minutes and seconds from a minute, in seconds from
+// one, in milliseconds below: "4 min 20 s", "6 s", "100 ms".
 func duration(d time.Duration) string {
+	if d >= time.Minute {
+		if d%time.Minute == 0 {
+			return fmt.Sprintf("%d min", d/time.Minute)
+		}
+		return fmt.Sprintf("%d min %s", d/time.Minute, duration(d%time.Minute))
+	}
 	if d >= time.Second {
 		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
 	}
