@@ -35,15 +35,15 @@ func Table(rows []Row) string {
 	return b.String()
 }
 
-// Duration writes d with three significant digits at most, in µs below a
-// millisecond, in ms below ten seconds: 412 µs, 1.23 ms, 250 ms.
+// Duration writes d with three significant digits, in µs below a
+// millisecond, in ms below a second: 412 µs, 1.23 ms, 250 ms, 3.05 s.
 func Duration(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "–"
 	case d < time.Millisecond:
 		return sig3(float64(d)/float64(time.Microsecond)) + " µs"
-	case d < 10*time.Second:
+	case d < time.Second:
 		return sig3(float64(d)/float64(time.Millisecond)) + " ms"
 	}
 	return sig3(d.Seconds()) + " s"
