@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -52,6 +53,7 @@ func cycleMain(args []string) error {
 	doc := fs.String("doc", "", "the markdown file whose lock-cycle section the table replaces")
 	command := fs.String("command", "make bench-lock", "the command the doc names as the table's")
 	commit := fs.String("commit", "", "the commit the doc names as the one measured")
+	note := fs.String("note", "", "a sentence the doc adds after the machine's load, such as what else ran on it")
 	var c lockcycle.Config
 	fs.IntVar(&c.Cycles, "cycles", 3000, "the most cycles from one goroutine")
 	fs.IntVar(&c.MinCycles, "min-cycles", 200, "the fewest cycles from one goroutine")
@@ -75,7 +77,8 @@ func cycleMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	loadBefore := loadAverage()
+	loadStart := loadAverage()
+	load := sampleLoad(5 * time.Second)
 	start := time.Now()
 	var rows []lockcycle.Row
 	var versions []string
@@ -96,8 +99,10 @@ func cycleMain(args []string) error {
 		rows = append(rows, rs...)
 		versions = append(versions, co.name+" "+version)
 	}
-	body := cycleDocBody(lockcycle.Table(rows), cycleRun{command: *command, commit: *commit, versions: versions, handOvers: handOvers, config: c, rounds: *rounds,
-		loadBefore: loadBefore, loadAfter: loadAverage(), took: time.Since(start), at: start})
+	run := cycleRun{command: *command, commit: *commit, versions: versions, handOvers: handOvers, config: c, rounds: *rounds,
+		note: *note, loadStart: loadStart, took: time.Since(start), at: start}
+	run.loadMin, run.loadMax = load()
+	body := cycleDocBody(lockcycle.Table(rows), run)
 	fmt.Print("\n" + body)
 	if *doc == "" {
 		return nil
@@ -213,14 +218,16 @@ func slug(name string) string {
 
 // cycleRun is what the doc says of the run beside the table.
 type cycleRun struct {
-	command, commit       string
-	versions              []string
-	handOvers             string // the clients' own counts of hand-overs, if any
-	config                lockcycle.Config
-	rounds                int
-	loadBefore, loadAfter string
-	took                  time.Duration
-	at                    time.Time
+	command, commit  string
+	versions         []string
+	handOvers        string // the clients' own counts of hand-overs, if any
+	config           lockcycle.Config
+	rounds           int
+	note             string
+	loadStart        string  // the load averages at the start
+	loadMin, loadMax float64 // the 1-minute load average's, read during the run
+	took             time.Duration
+	at               time.Time
 }
 
 func cycleDocBody(table string, r cycleRun) string {
@@ -231,11 +238,12 @@ func cycleDocBody(table string, r cycleRun) string {
 	}
 	fmt.Fprintf(&b, "One `%s`%s on %s, %s in all: %s, %d cores (%s), %s.\n", r.command, commit, r.at.UTC().Format("2 January 2006"),
 		duration(r.took.Round(time.Second)), strings.Join(r.versions, ", "), runtime.NumCPU(), cpuModel(), runtime.Version())
-	fmt.Fprintf(&b, "The load average (1, 5, 15 min) was %s at the start and %s at the end", r.loadBefore, r.loadAfter)
-	if loaded(r.loadBefore) || loaded(r.loadAfter) {
-		fmt.Fprintf(&b, ", above the %d cores: other work shared the machine, which slows every figure; the rounds spread it over the rows of a coordinator alike", runtime.NumCPU())
+	fmt.Fprintf(&b, "The 1-minute load average, read every 5 s, went from %.2f to %.2f on the %d cores, the run's own servers and clients included (1, 5 and 15 min at the start: %s).",
+		r.loadMin, r.loadMax, runtime.NumCPU(), r.loadStart)
+	if r.note != "" {
+		b.WriteString(" " + r.note)
 	}
-	b.WriteString(".\n\n")
+	b.WriteString("\n\n")
 	b.WriteString(table)
 	c := r.config
 	turns := ""
@@ -297,16 +305,48 @@ func loadAverage() string {
 	return "unknown"
 }
 
-// loaded says whether the load average load, as loadAverage writes it, is
-// above the cores in any of its fields.
-func loaded(load string) bool {
-	for _, f := range strings.Split(load, ", ") {
+// sampleLoad reads the 1-minute load average now and every period, until
+// the returned function is called, which returns the least and the most
+// read.
+func sampleLoad(period time.Duration) func() (least, most float64) {
+	read := func() (float64, bool) {
+		b, err := os.ReadFile("/proc/loadavg")
 		var v float64
-		if _, err := fmt.Sscan(f, &v); err == nil && v > float64(runtime.NumCPU()) {
-			return true
+		if err == nil {
+			_, err = fmt.Sscan(string(b), &v)
+		}
+		return v, err == nil
+	}
+	least, most := math.Inf(1), math.Inf(-1)
+	note := func() {
+		if v, ok := read(); ok {
+			least, most = min(least, v), max(most, v)
 		}
 	}
-	return false
+	note()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				note()
+				return
+			case <-t.C:
+				note()
+			}
+		}
+	}()
+	return func() (float64, float64) {
+		close(stop)
+		<-done
+		if least > most {
+			return 0, 0
+		}
+		return least, most
+	}
 }
 
 // cpuModel returns the model name of /proc/cpuinfo's first processor.
