@@ -260,7 +260,10 @@ cycles each, on subjects of their own. A hand-over, %d times on one subject%s: t
 second client of the same kind waits in Lock for %s plus a time at random up to %s, or up to its
 longest period if it polls and that is longer, the holder calls Unlock; the figure is the
 time from that call to the return of the waiter's Lock. A peer's lease is a signal that is never lost,
-and its token the peer's own or 0.
+and its token the peer's own or 0. Each issuer is its NewLocker with its default Config; the servers are
+those of the lock-set runs: Redis writes its append-only file through on each command (appendfsync
+always), PostgreSQL runs with fsync off, MariaDB with innodb_flush_log_at_trx_commit 2, etcd with its
+defaults, and Kubernetes as lockset-kube starts it, a kube-apiserver over an etcd of its own.
 `, turns, lockcycle.Count(c.Cycles), duration(c.Budget), lockcycle.Count(c.MinCycles),
 		c.Goroutines, c.PerGoroutine, c.HandOvers, r.handOvers, duration(c.Settle), duration(c.Settle/2))
 	return b.String()
