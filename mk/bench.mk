@@ -46,6 +46,7 @@ BENCH_LOCK_FLAGS ?=
 # BENCH_LOCK_NOTE is a sentence the doc adds after the machine's load,
 # such as what else ran on the machine during the run.
 BENCH_LOCK_NOTE  ?=
+export BENCH_LOCK_NOTE
 
 .PHONY: bench-lock test-bench-lock
 
@@ -67,4 +68,4 @@ test-bench-lock:
 bench-lock: redis-deps pg-deps mysql-deps lockset-kube
 	cd $(LOCKSET_DIR) && $(GO) build -o $(BENCH_LOCK_BIN) . && \
 		$(LOCKSET_ENV) $(BENCH_LOCK_BIN) cycle -doc $(CURDIR)/$(BENCH_LOCK_DOC) -command 'make bench-lock' \
-			-commit "$$(git describe --always --dirty 2>/dev/null)" -note '$(BENCH_LOCK_NOTE)' $(BENCH_LOCK_FLAGS)
+			-commit "$$(git describe --always --dirty 2>/dev/null)" -note "$$BENCH_LOCK_NOTE" $(BENCH_LOCK_FLAGS)
