@@ -147,7 +147,7 @@ func (l *etcdLocker) acquire(ctx context.Context) (holding, error) {
 		}
 		return nil, err
 	}
-	return leaseHolding{sig: le.Signal(), tok: le.Revision(), unlock: le.Unlock}, nil
+	return leaseHolding{sig: le.Signal(), tok: le.Token(), unlock: le.Unlock}, nil
 }
 
 // leaseHolding is a lease of an issuer of this repository.
