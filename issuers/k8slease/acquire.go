@@ -341,14 +341,21 @@ const giveUpTimeout = 5 * time.Second
 func (c Config) giveUp(leases coordinationclient.LeaseInterface, name, identity string, sent time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(giveUpTimeout, c.LeaseDuration))
 	defer cancel()
-	release(ctx, leases, name, identity, sent) //nolint:errcheck // the Lease expires if this fails
+	release(ctx, leases, name, identity, sent, nil) //nolint:errcheck // the Lease expires if this fails
 }
 
 // release writes the record free if it still names identity as acquired at
-// acquired, and reports whether it did.
-func release(ctx context.Context, leases coordinationclient.LeaseInterface, name, identity string, acquired time.Time) (bool, error) {
+// acquired, and reports whether it did. known, if not nil, is the record as
+// the holder last saw it: the first write carries its resourceVersion
+// without a read, which saves the hand-over a round trip; a conflict (the
+// record changed since) falls back to reading it.
+func release(ctx context.Context, leases coordinationclient.LeaseInterface, name, identity string, acquired time.Time, known *coordinationv1.Lease) (bool, error) {
 	for {
-		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+		cur, err := known, error(nil)
+		known = nil
+		if cur == nil {
+			cur, err = leases.Get(ctx, name, metav1.GetOptions{})
+		}
 		switch {
 		case apierrors.IsNotFound(err):
 			return false, nil

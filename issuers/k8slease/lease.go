@@ -31,6 +31,11 @@ type Lease struct {
 	acquired time.Time // the acquireTime this holder wrote
 	trans    int32     // the leaseTransitions this holder wrote
 
+	// last is the record as this holder last wrote or read it: the
+	// renewer's alone until it stops, then Unlock's (after workers.Wait),
+	// whose release writes it free without reading it first.
+	last *coordinationv1.Lease
+
 	stop      context.CancelFunc // stops renewing and following
 	stopRenew context.CancelFunc // stops renewing only
 	workers   sync.WaitGroup     // the renewer and the watcher
@@ -131,7 +136,7 @@ func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 	go func() {
 		defer l.workers.Done()
 		defer unreserve() // the lease sends no more renewals
-		l.renew(rctx, got)
+		l.last = l.renew(rctx, got)
 	}()
 	go func() {
 		defer l.workers.Done()
@@ -182,7 +187,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		l.stop()
 		l.workers.Wait()
 		l.deadline.stop()
-		if _, err := release(ctx, l.leases, l.name, l.identity, l.acquired); err != nil {
+		if _, err := release(ctx, l.leases, l.name, l.identity, l.acquired, l.last); err != nil {
 			l.err = fmt.Errorf("k8slease: unlock %s: %w", l.ctrl.Subject(), err)
 		}
 	})

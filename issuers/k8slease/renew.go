@@ -18,8 +18,9 @@ import (
 // retryBefore packs into the last second before the deadline.
 const renewRetryMax = time.Second
 
-// renew renews the record until ctx ends or the lease is lost. cur is the
-// Lease as the write that gave it to this holder left it.
+// renew renews the record until ctx ends or the lease is lost, and returns
+// the record as it last wrote or read it. cur is the Lease as the write that
+// gave it to this holder left it.
 //
 // Renewals are sent one at a time, each an Update carrying the
 // resourceVersion of the last version this holder wrote or read. A renewal
@@ -27,7 +28,7 @@ const renewRetryMax = time.Second
 // meets a conflict, and the read that follows shows whether the record is
 // still this holder's, and which of its renewals it holds: a renewal found
 // there is confirmed by that read.
-func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) {
+func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) (last *coordinationv1.Lease) {
 	retries := backoff{max: renewRetryMax}
 	var unanswered []time.Time // renewals sent since the last one confirmed
 	next := nextRenewal(l.acquired, l.cfg.RenewPeriod)
@@ -36,7 +37,7 @@ func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return cur
 		case <-t.C:
 		}
 		// A request is abandoned at the deadline: its answer could no
@@ -52,7 +53,7 @@ func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) {
 		cancel()
 		switch {
 		case ctx.Err() != nil:
-			return
+			return cur
 		case err == nil:
 			cur, unanswered = got, unanswered[:0]
 			retries.reset()
@@ -63,16 +64,16 @@ func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) {
 			l.deadline.confirm(sent)
 			t.Reset(time.Until(nextRenewal(sent, l.cfg.RenewPeriod)))
 		case isGone(err):
-			return // reread lost the lease
+			return cur // reread lost the lease
 		default:
 			unanswered = append(unanswered, sent)
 			if apierrors.IsNotFound(err) {
 				l.lose(fmt.Errorf("%w: %s not found by the renewal sent at %s", ErrDeleted, l.ctrl.Subject(), clock(sent)))
-				return
+				return cur
 			}
 			if refused(err) {
 				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
-				return
+				return cur
 			}
 			t.Reset(retryBefore(&retries, time.Until(l.deadline.current())))
 		}
