@@ -114,7 +114,8 @@ func TestMemoryPause(t *testing.T) {
 func TestMemoryMisuse(t *testing.T) {
 	var m leasetest.Memory
 	for name, f := range map[string]func(){
-		"Lock":     func() { m.Lock(nil, "s") }, //nolint:staticcheck // the misuse under test
+		//lint:ignore SA1012 the misuse under test
+		"Lock":     func() { m.Lock(nil, "s") },
 		"FailNext": func() { m.FailNext(nil) },
 	} {
 		t.Run(name, func(t *testing.T) {

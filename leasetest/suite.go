@@ -187,7 +187,7 @@ func (s *suite) lockUnlock(t *testing.T) {
 	ctx := s.context(t)
 	subject := s.subject(t, "")
 	ls := mustLock(t, ctx, s.locker(t), subject)
-	if ls.Signal() != ls.Signal() {
+	if first, again := ls.Signal(), ls.Signal(); first != again {
 		t.Error("successive calls of Signal() return different signals")
 	}
 	wantLive(t, "held", ls)
