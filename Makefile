@@ -9,8 +9,9 @@ FUZZTIME ?= 60s
 TEST_STEPS :=
 E2E_STEPS  :=
 FAULTS_STEPS :=
+BENCH_MANY_STEPS :=
 
-.PHONY: all test demo vet unit e2e faults
+.PHONY: all test demo vet unit e2e faults bench-many
 
 all: test
 
@@ -37,3 +38,8 @@ e2e: $(E2E_STEPS)
 ## faults: the issuers' long fault trials (at least 30 per fault), which
 ## write their tables into each issuer's README; not part of `make test`.
 faults: $(FAULTS_STEPS)
+
+## bench-many: each issuer holds many leases from one client for a minute
+## beside its peer (each mk/*.mk adds its issuer through BENCH_MANY_STEPS);
+## the tables go into the issuers' READMEs. Not part of `make test` or CI.
+bench-many: $(BENCH_MANY_STEPS)
