@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-
-	"github.com/zukhruf/lease"
 )
 
 // A session is the lease's own connection, taken out of the pool with
@@ -76,6 +74,9 @@ func (s *session) check(ctx context.Context, name string) error {
 	}
 	s.mariadb = strings.Contains(version, "MariaDB")
 	s.server = server
+	if !manyLocks(version, s.mariadb) {
+		return fmt.Errorf("the server's version %s takes one GET_LOCK lock per session (a second releases the first): a shared session needs MySQL 5.7 or MariaDB 10.0.2 or newer", version)
+	}
 	rows, err := s.conn.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'super_read_only', 'wsrep_on')")
 	if err != nil {
 		return fmt.Errorf("read the server's variables: %w", err)
@@ -184,21 +185,6 @@ func (s *session) wait(ctx context.Context, name string, step, bound time.Durati
 	}
 }
 
-// try takes the lock with GET_LOCK(name, 0), which neither waits nor queues
-// the session, answered within bound or the session is taken for silent. It
-// returns an error wrapping [lease.ErrHeld] when another session holds the
-// lock.
-func (s *session) try(ctx context.Context, name string, bound time.Duration) error {
-	got, err := s.getLock(ctx, name, 0, bound)
-	if err != nil {
-		return err
-	}
-	if !got {
-		return fmt.Errorf("%w: GET_LOCK(name, 0) returned 0: another server session holds the lock", lease.ErrHeld)
-	}
-	return nil
-}
-
 // getLock runs GET_LOCK(name, step) once, a statement answered within step
 // + bound or the session is taken for silent, and reports whether the
 // session took the lock.
@@ -248,36 +234,6 @@ func (s *session) fence(ctx context.Context, table, name string) (int64, error) 
 		return 0, fmt.Errorf("fencing token from %s: %w", table, err)
 	}
 	return token, nil
-}
-
-// confirm checks that the session holds the lock, and that its last
-// insert id is token (when not 0): the first confirmation of a lease.
-func (s *session) confirm(ctx context.Context, name string, token int64) error {
-	var holder sql.NullInt64
-	var last int64
-	if err := s.row(ctx, "SELECT IS_USED_LOCK("+literal(name)+"), LAST_INSERT_ID()"+tail, &holder, &last); err != nil {
-		return fmt.Errorf("confirm the grant: %w", causeOf(err))
-	}
-	if !holder.Valid || holder.Int64 != s.id {
-		return fmt.Errorf("confirm the grant: the lock is held by %v, not by the lease's session %d", holder, s.id)
-	}
-	if token != 0 && last != token {
-		return fmt.Errorf("confirm the grant: the fencing token read back is %d, not %d", last, token)
-	}
-	return nil
-}
-
-// release releases the lock in the session and reports whether the session
-// held it.
-func (s *session) release(ctx context.Context, name string) error {
-	var got sql.NullInt64
-	if err := s.row(ctx, "SELECT RELEASE_LOCK("+literal(name)+")"+tail, &got); err != nil {
-		return err
-	}
-	if !got.Valid || got.Int64 != 1 {
-		return fmt.Errorf("RELEASE_LOCK returned %v: the session did not hold the lock", got)
-	}
-	return nil
 }
 
 // kill sends KILL QUERY (or KILL CONNECTION) for the session through
@@ -340,4 +296,24 @@ func causeOf(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrConnLost, err)
+}
+
+// manyLocks reports whether a server of version holds many GET_LOCK locks
+// in one session: MySQL 5.7 and MariaDB 10.0.2 and newer. Before, a
+// GET_LOCK released the session's lock.
+func manyLocks(version string, mariadb bool) bool {
+	var v [3]int
+	for i, f := range strings.SplitN(strings.SplitN(version, "-", 2)[0], ".", 3) {
+		v[i], _ = strconv.Atoi(f)
+	}
+	want := [3]int{5, 7, 0}
+	if mariadb {
+		want = [3]int{10, 0, 2}
+	}
+	for i := range v {
+		if v[i] != want[i] {
+			return v[i] > want[i]
+		}
+	}
+	return true
 }
