@@ -12,7 +12,7 @@ import (
 // opens another, while the set has fewer than its bound: a session costs
 // two server connections, two goroutines and a heartbeat a Heartbeat, and
 // a process that holds a few hundred leases needs no more than one.
-const leasesPerSession = 1000
+var leasesPerSession = 1000
 
 // A sessionSet is the shared sessions of the leases of one *sql.DB with one
 // timing (ServerTimeout, Heartbeat, Margin, Sessions): a Lock of a free
