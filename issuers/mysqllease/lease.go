@@ -33,48 +33,59 @@ type Lease struct {
 	err  error // Unlock's outcome, set once
 }
 
-// Lock takes a connection of its own out of db, waits until its session
-// holds the GET_LOCK lock of subject, and returns the lease of that lock. It
-// is Config{}.Lock.
+// Lock waits until a session of the issuer holds the GET_LOCK lock of
+// subject, and returns the lease of that lock. It is Config{}.Lock.
 func Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, error) {
 	return Config{}.Lock(ctx, db, subject)
 }
 
-// Lock takes a connection out of db for the lease's whole life (db.Conn),
-// waits until its session holds the lock named [Config.LockName](subject),
-// with GET_LOCK, and returns the lease of that lock. The signal's subject
-// is subject.
+// Lock takes the lock named [Config.LockName](subject) with GET_LOCK on a
+// session that the issuer shares among the leases of db (see
+// [Config.Sessions]), and returns the lease of that lock. The signal's
+// subject is subject.
+//
+// A lock that is free is taken in one statement, GET_LOCK(name, 0), on a
+// shared session that is already open: Lock dials nothing and runs no
+// check then. The first Lock of a pool, and one that finds every session
+// full, opens a session: a connection taken out of db for good (db.Conn),
+// the checks below, the session's timeouts, and its watcher, a second
+// connection. With [Config.Fence], a second statement takes the token.
+//
+// A lock held elsewhere is waited for on a session of its own, with
+// GET_LOCK(name, Heartbeat) in steps, each answered within Heartbeat plus
+// the deadline (ServerTimeout − Margin) or the wait fails with
+// [ErrUnresponsive]: a blocked statement there stops no heartbeat of the
+// shared sessions. Once the server grants the lock, that session joins the
+// shared ones, with the lease on it, since the lock is the session's.
 //
 // Lock refuses at once, with an error that names the mistake and wraps its
 // cause, a Config out of range, a subject it cannot name, a db whose
-// MaxOpenConns is 1 (the lease keeps one connection, and Unlock's KILL QUERY
-// needs another), a connection the server refuses (a credential, a
+// MaxOpenConns is 1, a connection the server refuses (a credential, a
 // database, a privilege), a read-only server ([ErrReplica]), a Galera node
-// ([ErrGalera]), a session that already holds the lock ([ErrHeld]), and a
-// pooler that shares or moves server sessions ([ErrPooled]), before it
-// takes the lock or sets a timeout of the session (the probe for a pooler
-// sets a user variable, the session's mark, first). The README's "what you
-// may get wrong" lists each case.
+// ([ErrGalera]), a server that holds one lock per session (before MySQL
+// 5.7 and MariaDB 10.0.2), a session of the pool that already holds the
+// lock ([ErrHeld]), and a pooler that shares or moves server sessions
+// ([ErrPooled]), before it takes the lock or sets a timeout of the session
+// (the probe for a pooler sets a user variable, the session's mark,
+// first). These checks run once for each session it opens, not for each
+// lease. The README's "what you may get wrong" lists each case.
 //
-// A Lock in progress uses two connections of db: its own, and one for its
-// probe, which it waits for at most the deadline (ServerTimeout − Margin)
-// before it fails: a pool too small for the Locks in progress fails them
-// rather than deadlock them.
+// Opening a session uses two connections of db beside it: one for its
+// probe, which it waits for at most the deadline before it fails, and one
+// for the watcher.
 //
-// Lock sets the session's wait_timeout, interactive_timeout,
+// Lock sets a session's wait_timeout, interactive_timeout,
 // net_read_timeout and net_write_timeout to ServerTimeout, turns autocommit
-// on and off every statement and idle-transaction timeout, and lets the
-// fencing token's row and table wait as long as ctx does.
+// on and off every statement and idle-transaction timeout.
 //
 // ctx bounds the wait only; the lease lasts until it is lost or released.
-// Lock waits in steps of Heartbeat (GET_LOCK(name, Heartbeat)), each
-// answered within Heartbeat plus the deadline (ServerTimeout − Margin) or
-// the wait fails with [ErrUnresponsive].
-// When ctx ends during the wait, the driver closes the connection at once;
-// Lock kills the session (KILL CONNECTION through another connection of db,
-// once that connection shows the same server, bounded by Margin and 2 s) and
-// returns an error wrapping ctx's cause: no lock and no waiter are left on
-// the server, and no goroutine in the process.
+// ctx never reaches a statement of a shared session, whose connection the
+// driver would close under every lease on it: the deadline bounds those.
+// When ctx ends during a wait, the driver closes the wait's connection at
+// once; Lock kills its session (KILL CONNECTION through another connection
+// of db, once that connection shows the same server, bounded by Margin and
+// 2 s) and returns an error wrapping ctx's cause: no lock and no waiter are
+// left on the server, and no goroutine in the process.
 //
 // When another lease of this process holds the same lock (same server and
 // name), Lock does not return before that lease is lost or released, even

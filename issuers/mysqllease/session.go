@@ -15,13 +15,14 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// A session is the lease's own connection, taken out of the pool with
-// db.Conn and never given back: a session's timeouts and locks must not
-// reach the pool's other users. Every statement on it is a text-protocol
-// query (no arguments, so no prepared statement and no setting of the DSN
-// changes it) whose last two columns are CONNECTION_ID() and the session's
-// mark, both checked: a statement answered by any other server session is
-// an error wrapping ErrPooled.
+// A session is a server session of the issuer: a connection taken out of
+// the pool with db.Conn and never given back, since its timeouts and locks
+// must not reach the pool's other users; a shared session's (see shared),
+// or a waiting Lock's until the grant makes it one. Every statement on it
+// is a text-protocol query (no arguments, so no prepared statement and no
+// setting of the DSN changes it) whose last two columns are
+// CONNECTION_ID() and the session's mark, both checked: a statement
+// answered by any other server session is an error wrapping ErrPooled.
 type session struct {
 	db      *sql.DB
 	conn    *sql.Conn
