@@ -65,7 +65,8 @@ lint-mysql:
 	cd $(MYSQL_EXAMPLE) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 # BENCH_MANY_MYSQL_FLAGS shortens bench-many-mysql, such as
-# -bench-many.hold=5s -bench-many.leases=100,1000.
+# -bench-many.hold=5s -bench-many.leases=100,1000, or notes the machine's
+# load in the table, -bench-many.note='shared with other builds'.
 BENCH_MANY_MYSQL_FLAGS ?=
 
 .PHONY: bench-many-mysql

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ var (
 	benchManyLeases = flag.String("bench-many.leases", "100,1000,10000", "TestBenchMany's numbers of leases, comma-separated")
 	benchManyHold   = flag.Duration("bench-many.hold", 60*time.Second, "how long TestBenchMany holds each number of leases")
 	benchManyReadme = flag.String("bench-many.readme", "", "write TestBenchMany's table between the bench-many markers of this README")
+	benchManyNote   = flag.String("bench-many.note", "", "a few words on the machine's load that the table's machine line adds, such as \"shared with other builds\"")
 )
 
 // benchManyMaxConns is the server's max_connections during TestBenchMany:
@@ -75,14 +77,36 @@ func TestBenchMany(t *testing.T) {
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %d | %v | %d | %.1f | %d | %.0f B | %d |\n", r.client, r.leases, r.grant.Round(time.Millisecond), r.sessions, r.perSecond, r.goroutines, r.heapPerItem, r.lost)
 	}
-	fmt.Fprintf(&b, "\nHeld %v each, on MariaDB with max_connections %d; Config{} (ServerTimeout 10 s, Heartbeat 1 s, Sessions 4). Machine: %d cores, %s/%s, %s. Command: `make bench-many-mysql`, %s.\n",
-		*benchManyHold, benchManyMaxConns, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), time.Now().UTC().Format("2006-01-02"))
+	machine := fmt.Sprintf("%s%d cores, %s/%s, %s", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	if *benchManyNote != "" {
+		machine += ", " + *benchManyNote
+	}
+	fmt.Fprintf(&b, "\nHeld %v each, on MariaDB with max_connections %d; Config{} (ServerTimeout 10 s, Heartbeat 1 s, Sessions 4). Machine: %s. Command: `make bench-many-mysql`, %s.\n",
+		*benchManyHold, benchManyMaxConns, machine, time.Now().UTC().Format("2006-01-02"))
 	t.Log("\n" + b.String())
 	if *benchManyReadme != "" {
 		if err := faulttrial.WriteSection(*benchManyReadme, "bench-many", b.String()); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// cpuModel returns the processor's family as the project names machines
+// ("AMD EPYC, "), or "" where /proc/cpuinfo does not say.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			f := strings.Fields(v)
+			if len(f) >= 2 {
+				return f[0] + " " + f[1] + ", "
+			}
+		}
+	}
+	return ""
 }
 
 // status reads a global status counter of the server.
