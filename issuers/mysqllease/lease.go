@@ -173,7 +173,7 @@ func (st *sessionSet) grant(m *shared, c Config, subject, name, table string, un
 	if table != "" {
 		var err error
 		if token, err = m.fence(table, name); err != nil {
-			m.do("SELECT RELEASE_LOCK(" + literal(name) + ")" + tail)
+			m.do("SELECT RELEASE_LOCK("+literal(name)+")"+tail, new(sql.NullInt64))
 			unclaim()
 			m.giveUp()
 			return nil, err

@@ -449,7 +449,7 @@ func (m *shared) take(name string) (bool, error) {
 	if before.Valid && before.Int64 == m.s.id {
 		// GET_LOCK counted a second hold of a lock the session had: give
 		// that one back, leaving the first as it was.
-		m.do("SELECT RELEASE_LOCK(" + literal(name) + ")" + tail)
+		m.do("SELECT RELEASE_LOCK("+literal(name)+")"+tail, new(sql.NullInt64))
 		return false, fmt.Errorf("%w: session %d", ErrHeld, m.s.id)
 	}
 	if !got.Valid {

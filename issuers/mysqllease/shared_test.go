@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/zukhruf/lease/issuers/mysqllease"
 )
 
@@ -259,5 +261,84 @@ func TestDefaultsScaleWithServerTimeout(t *testing.T) {
 		if strings.Contains(err.Error(), "Config.") {
 			t.Errorf("Lock with %+v = %v, want a Config it takes (and then a refused connection)", c, err)
 		}
+	}
+}
+
+// TestFenceRowLockedSparesTheSession: a transaction elsewhere that holds the
+// fencing row of a subject fails that subject's Lock with the server's lock
+// wait timeout (1205), after a quarter of the deadline, and releases its
+// lock; the lease beside it on the same shared session lives on, its
+// heartbeats not held up past its deadline.
+func TestFenceRowLockedSparesTheSession(t *testing.T) {
+	admin := rootDB(t, server)
+	db := rootDB(t, server)
+	cfg := mysqllease.Config{ServerTimeout: 8 * time.Second, Fence: createFence(t, admin)}
+	a := lock(t, cfg, db, subject(t))
+	defer a.Unlock(context.Background())
+	subj := subject(t)
+	tx, err := admin.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("INSERT INTO "+cfg.Fence+" (name, token) VALUES (?, 0) ON DUPLICATE KEY UPDATE token = token", subj); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	l, err := cfg.Lock(ctx, db, subj)
+	if l != nil {
+		l.Unlock(context.Background())
+	}
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1205 {
+		t.Fatalf("Lock with its fencing row held elsewhere = %v, want the server's 1205", err)
+	}
+	if id := holder(t, admin, subj); id != 0 {
+		t.Fatalf("after the failed Lock, session %d holds its lock", id)
+	}
+	if err := a.Signal().Err(); err != nil {
+		t.Fatalf("the lease beside the failed Lock was lost: %v", err)
+	}
+	tx.Rollback()
+	time.Sleep(time.Second)
+	if err := a.Signal().Err(); err != nil {
+		t.Fatalf("the lease beside the failed Lock was lost: %v", err)
+	}
+}
+
+// TestSharedSessionHeldBefore: a pool connection that other code left
+// holding a lock, which became a shared session for another subject,
+// refuses a Lock of that lock with ErrHeld and leaves the hold as it was;
+// the lease on the session lives on.
+func TestSharedSessionHeldBefore(t *testing.T) {
+	admin := rootDB(t, server)
+	db := rootDB(t, server)
+	x := subject(t)
+	c, _ := rawLock(t, db, x, time.Second)
+	id := holder(t, admin, x)
+	c.Close() // back to the pool, holding x
+	y := lock(t, fast, db, subject(t))
+	defer y.Unlock(context.Background())
+	if got := sessionOf(t, admin, y); got != id {
+		t.Skipf("the shared session is %d, not the pool's connection %d that holds the lock", got, id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if l, err := fast.Lock(ctx, db, x); !errors.Is(err, mysqllease.ErrHeld) {
+		if l != nil {
+			l.Unlock(context.Background())
+		}
+		t.Fatalf("Lock of a lock the shared session held before = %v, want ErrHeld", err)
+	}
+	if got := holder(t, admin, x); got != id {
+		t.Fatalf("after the refusal the lock is held by %d, want %d still", got, id)
+	}
+	var n sql.NullInt64
+	if err := admin.QueryRow("SELECT IS_FREE_LOCK(?)", x).Scan(&n); err != nil || n.Int64 != 0 {
+		t.Fatalf("IS_FREE_LOCK = %v, %v, want 0", n, err)
+	}
+	if err := y.Signal().Err(); err != nil {
+		t.Fatalf("the lease on the session was lost: %v", err)
 	}
 }
