@@ -87,10 +87,15 @@ func newShared(ctx context.Context, st *sessionSet, s *session) (*shared, error)
 	go m.heartbeat()
 	// The watcher's connection and settings take a round trip or two; its
 	// GET_LOCK is sent right after, and reaches the server before the
-	// first lease's own statement, which takes a round trip of its own.
+	// first lease's own statement, which takes a round trip of its own. A
+	// pool with no connection to spare for it delays the push, not the
+	// Lock: the heartbeat and the deadline hold meanwhile.
+	bound := time.NewTimer(m.cfg.deadline())
+	defer bound.Stop()
 	select {
 	case <-armed:
 	case <-ctx.Done():
+	case <-bound.C:
 	}
 	return m, nil
 }

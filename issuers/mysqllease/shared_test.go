@@ -342,3 +342,45 @@ func TestSharedSessionHeldBefore(t *testing.T) {
 		t.Fatalf("the lease on the session was lost: %v", err)
 	}
 }
+
+// TestWaitOnAFullPool: a Lock that waited, on a pool whose MaxOpenConns
+// leaves no connection for the watcher of the session its wait was granted
+// on, returns with its lease rather than wait for one: the heartbeat and the
+// deadline hold until a watcher starts.
+func TestWaitOnAFullPool(t *testing.T) {
+	admin := rootDB(t, server)
+	db := rootDB(t, server)
+	db.SetMaxOpenConns(4) // the shared session and its watcher, the wait's session and the caller's
+	a := lock(t, fast, db, subject(t))
+	defer a.Unlock(context.Background())
+	y := subject(t)
+	c, _ := rawLock(t, rootDB(t, server), y, time.Second)
+	done := make(chan granted, 1)
+	go func() {
+		l, err := fast.Lock(context.Background(), db, y)
+		done <- granted{l, err, time.Now()}
+	}()
+	waitWaiting(t, admin, y, done)
+	// The probe's connection, back in the pool, is the caller's now.
+	held, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	var got sql.NullInt64
+	if err := c.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", y).Scan(&got); err != nil || got.Int64 != 1 {
+		t.Fatalf("RELEASE_LOCK = %v, %v", got, err)
+	}
+	select {
+	case g := <-done:
+		if g.err != nil {
+			t.Fatalf("the waiting Lock = %v", g.err)
+		}
+		if err := g.lease.Signal().Err(); err != nil {
+			t.Fatalf("the waited lease was lost: %v", err)
+		}
+		g.lease.Unlock(context.Background())
+	case <-time.After(waitTimeout):
+		t.Fatalf("the waiting Lock did not return %v after the release", waitTimeout)
+	}
+}
