@@ -36,9 +36,9 @@ func NewLocker(db *sql.DB, cfg Config) *Locker {
 	return &Locker{db: db, cfg: cfg}
 }
 
-// Lock waits until a session of the issuer holds the lock of subject and returns the
-// lease, a *[Lease]: it is [Config.Lock] with the Locker's db and Config.
-// On an error, the Lease is a nil interface.
+// Lock waits until a session of the issuer holds the lock of subject and
+// returns the lease, a *[Lease]: it is [Config.Lock] with the Locker's db
+// and Config. On an error, the Lease is a nil interface.
 func (l *Locker) Lock(ctx context.Context, subject string) (lease.Lease, error) {
 	ls, err := l.config().Lock(ctx, l.db, subject)
 	if err != nil {
