@@ -63,3 +63,21 @@ lint: lint-mysql
 ## lint-mysql: go vet and staticcheck over the MySQL example's module.
 lint-mysql:
 	cd $(MYSQL_EXAMPLE) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+
+# BENCH_MANY_MYSQL_FLAGS shortens bench-many-mysql, such as
+# -bench-many.hold=5s -bench-many.leases=100,1000, or notes the machine's
+# load in the table, -bench-many.note='shared with other builds'.
+BENCH_MANY_MYSQL_FLAGS ?=
+
+.PHONY: bench-many-mysql
+BENCH_MANY_STEPS += bench-many-mysql
+
+## bench-many-mysql: hold 100, 1,000 and 10,000 leases from one *sql.DB
+## for 60 s each on a MariaDB server of max_connections 50, beside the same
+## locks taken with GET_LOCK by hand on one connection: the time to grant
+## all, the server's sessions (Threads_connected), its statements a second
+## (Questions), the goroutines, the heap a lease and the false losses;
+## writes the table into the example's README. About 7 minutes.
+bench-many-mysql: mysql-deps
+	cd $(MYSQL_EXAMPLE) && $(MYSQL_ENV) $(GO) test -count=1 -timeout 30m -v -run '^TestBenchMany$$' . \
+		-bench-many -bench-many.readme=README.md $(BENCH_MANY_MYSQL_FLAGS)

@@ -12,11 +12,17 @@ import (
 	"unicode/utf8"
 )
 
-// The defaults of [Config].
+// The defaults of [Config]. DefaultHeartbeat and DefaultMargin are the
+// defaults at DefaultServerTimeout: a zero Margin is half of ServerTimeout,
+// and a zero Heartbeat a fifth of the deadline, ServerTimeout − Margin (see
+// [Config.Margin] and [Config.Heartbeat]).
 const (
 	DefaultServerTimeout = 10 * time.Second
 	DefaultHeartbeat     = time.Second
 	DefaultMargin        = 5 * time.Second
+
+	// DefaultSessions is the default of [Config.Sessions].
+	DefaultSessions = 4
 )
 
 // The bounds of [Config]'s durations, which Lock checks: a value out of
@@ -62,22 +68,49 @@ type Config struct {
 	// session sooner.
 	ServerTimeout time.Duration
 
-	// Heartbeat is how long each heartbeat stays pending on the server
-	// (DefaultHeartbeat if zero): a heartbeat is SELECT SLEEP(Heartbeat),
-	// and the next one is sent when it returns, so a read is pending on the
-	// connection all the time and a KILL or the end of the connection is
-	// seen at once. A heartbeat is confirmed a Heartbeat and a round trip
-	// after its send, and the next one a Heartbeat and a round trip later,
-	// so two of them must fit in the deadline, ServerTimeout − Margin:
-	// Heartbeat must be shorter than half of it, and a round trip longer
-	// than half of it less Heartbeat loses the lease for nothing.
-	// [Lease.Unlock] interrupts the pending heartbeat with KILL QUERY.
+	// Heartbeat is how often a shared session confirms itself, and every
+	// lease on it, with a statement (if zero, a fifth of the deadline,
+	// ServerTimeout − Margin: DefaultHeartbeat at the default timeout). A
+	// heartbeat is confirmed a round trip after its send, and the next one
+	// is sent a Heartbeat later; Heartbeat must be shorter than half the
+	// deadline, so that a heartbeat that is late by a round trip, or a
+	// statement of a Lock ahead of it, does not lose the leases: the fifth
+	// leaves three fifths of the deadline for a slow round trip, at five
+	// statements a deadline per session. It also bounds how long a step of
+	// a Lock's wait (GET_LOCK(name, Heartbeat)) runs.
 	Heartbeat time.Duration
 
 	// Margin is how long before the server may free a silent session's
-	// lock the lease is lost (DefaultMargin if zero); ServerTimeout −
-	// Margin is the lease's deadline. It must be shorter than ServerTimeout.
+	// locks the leases on it are lost; ServerTimeout − Margin is the
+	// leases' deadline. It must be shorter than ServerTimeout. If zero, it
+	// is half of ServerTimeout (DefaultMargin at the default timeout): it
+	// covers the two machines' clocks running at different rates, and the
+	// time the lost session's close takes to reach the server, and it
+	// grows with ServerTimeout, as a drift does, so that any ServerTimeout
+	// from 1 s up has a default that Lock takes (Config{ServerTimeout: 3 *
+	// time.Second} is lost 1.5 s after the last confirmed heartbeat's send,
+	// with a heartbeat every 300 ms).
 	Margin time.Duration
+
+	// Sessions bounds the shared sessions that the leases of one *sql.DB
+	// (with this Config's timing) open for Locks of free subjects
+	// (DefaultSessions, 4, if zero). Each session holds up to 1,000 leases
+	// before a Lock opens the next, and the least loaded takes each new
+	// lease: 10,000 leases take the 4 sessions, 2,500 each. Each takes two
+	// connections out of the pool (the session and its watcher) for as long
+	// as it has leases, and no more than (MaxOpenConns − 1)/2 when the pool
+	// has a bound, so that the caller keeps one. A session's end loses every
+	// lease on it and no other: the bound trades that share against the
+	// server's connections. A Lock that had to wait (the lock held
+	// elsewhere) is granted on a session of its own, which then joins the
+	// set until its last lease ends. Sessions must not be negative.
+	Sessions int
+
+	// Alone, if set, gives each lease a session of its own, opened by its
+	// Lock and closed by its Unlock or its loss: no other lease shares its
+	// fate, at the cost of a dial and the session's checks for each Lock
+	// and two server connections for each lease.
+	Alone bool
 
 	// Fence, if not empty, names a table (name VARCHAR(255) PRIMARY KEY,
 	// token BIGINT NOT NULL) in which Lock takes the lease's fencing token,
@@ -98,13 +131,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ServerTimeout == 0 {
 		c.ServerTimeout = DefaultServerTimeout
 	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = DefaultHeartbeat
-	}
 	if c.Margin == 0 {
-		c.Margin = DefaultMargin
+		c.Margin = c.ServerTimeout / 2
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = max(MinHeartbeat, (c.ServerTimeout-c.Margin)/5)
+	}
+	if c.Sessions == 0 {
+		c.Sessions = DefaultSessions
 	}
 	switch {
+	case c.Sessions < 0:
+		return c, fmt.Errorf("Config.Sessions %d is negative", c.Sessions)
 	case c.ServerTimeout < time.Second:
 		return c, fmt.Errorf("Config.ServerTimeout %v is under 1s: wait_timeout counts whole seconds, and its floor is 1", c.ServerTimeout)
 	case c.ServerTimeout > MaxServerTimeout:

@@ -1,31 +1,35 @@
 // Package mysqllease issues leases from MySQL and MariaDB GET_LOCK locks:
-// [Lock] takes a connection of its own out of a *sql.DB, waits until its
-// session holds the lock of a subject, and hands its holder a
+// [Lock] takes the GET_LOCK lock of a subject on a server session that the
+// issuer shares among the leases of one *sql.DB, and hands its holder a
 // [signal.Signal] that is lost when the lock may be gone, and never because
-// the holder released it: before the server may free the lock of a silent
-// session, and as soon as the connection reads the end of a session the
-// server ended (a KILL, a shutdown, a crash), which races the server's grant
-// to a session waiting for the lock (see the README's fault table).
-// [NewLocker] gives the same leases behind the root module's portable
-// lease.TryLocker, with [Locker.TryLock], which takes a lock only if it is
-// free now.
+// the holder released it: before the server may free the locks of a silent
+// session, and as soon as the server ends a session (a KILL, a shutdown, a
+// crash), which races the server's grant to a session waiting for the lock
+// (see the README's fault table). [NewLocker] gives the same leases behind
+// the root module's portable lease.TryLocker, with [Locker.TryLock], which
+// takes a lock only if it is free now.
 //
-// The lease owns its session: Lock takes the connection with db.Conn, no
-// method returns it, the pool never gets it back, and [Lease.Unlock] closes
-// it. Nothing the holder does with db reaches the lease's session.
+// The issuer owns its sessions: it takes their connections with db.Conn, no
+// method returns them, and the pool never gets them back. Nothing the holder
+// does with db reaches them. A session holds many locks (MySQL 5.7,
+// MariaDB 10.0.2 and newer); the leases of one *sql.DB share at most
+// [Config.Sessions] of them (4), up to 1,000 leases each, and a session's end
+// loses every lease on it at once, and no other. [Config.Alone] gives a
+// lease a session of its own.
 //
 // A GET_LOCK lock is held until it is released or its session ends; the
-// server ends a session, and frees its lock, without telling the client,
+// server ends a session, and frees its locks, without telling the client,
 // for a KILL, a shutdown, a restart, a crash, a failover, or its own
-// wait_timeout on a silent client. The lease learns of it three ways:
+// wait_timeout on a silent client. The leases learn of it three ways:
 //
-//   - by push: a heartbeat, SELECT SLEEP(Heartbeat), is always pending on
-//     the connection, so the end of the session is read at once
-//     ([ErrConnLost], [ErrKilled]);
+//   - by push: a second connection, the session's watcher, waits in
+//     GET_LOCK for a lock that the session took first, and the server
+//     grants it the moment it ends the session ([ErrConnLost]);
 //   - by a deadline, for silence: Lock sets the session's wait_timeout to
-//     [Config.ServerTimeout], and the lease is lost once no heartbeat sent
-//     in the last ServerTimeout − [Config.Margin] was confirmed, before the
-//     server may free the lock of a silent session ([ErrUnresponsive]);
+//     [Config.ServerTimeout], a heartbeat confirms the session every
+//     [Config.Heartbeat], and its leases are lost once no statement sent in
+//     the last ServerTimeout − [Config.Margin] was answered, before the
+//     server may free the locks of a silent session ([ErrUnresponsive]);
 //   - within one process, by order: a Lock granted by the server does not
 //     return while another lease of the process on the same lock is live.
 //

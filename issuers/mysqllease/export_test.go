@@ -15,3 +15,11 @@ func Claim(ctx context.Context, db *sql.DB, name string) (func(), error) {
 	}
 	return claim(ctx, lockID{server, name})
 }
+
+// SetLeasesPerSession sets how many leases a shared session holds before a
+// Lock opens another, and returns the func that restores it.
+func SetLeasesPerSession(n int) (restore func()) {
+	old := leasesPerSession
+	leasesPerSession = n
+	return func() { leasesPerSession = old }
+}

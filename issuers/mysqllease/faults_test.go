@@ -27,18 +27,20 @@ var (
 
 // The faults, each with what its trials must show.
 var (
-	fKill      = faulttrial.Fault{Name: "KILL CONNECTION of A's session, B a GET_LOCK of another session", Want: faulttrial.Raced}
-	fKillOrder = faulttrial.Fault{Name: "KILL CONNECTION of A's session, B a lease of the same process", Want: faulttrial.NoOverlap}
-	fSilent    = faulttrial.Fault{Name: "A's link silent both ways", Want: faulttrial.NoOverlap}
-	fRequests  = faulttrial.Fault{Name: "A's requests dropped", Want: faulttrial.NoOverlap}
-	fAnswers   = faulttrial.Fault{Name: "the server's answers to A dropped", Want: faulttrial.NoOverlap}
-	fLatency   = faulttrial.Fault{Name: "latency 2.5 s each way, above the 2 s server timeout", Want: faulttrial.NoOverlap}
-	fShutdown  = faulttrial.Fault{Name: "server shut down (SIGTERM), restarted, B locks", Want: faulttrial.NoOverlap}
-	fCrash     = faulttrial.Fault{Name: "server killed (SIGKILL), restarted, B locks", Want: faulttrial.NoOverlap}
-	fFailover  = faulttrial.Fault{Name: "primary killed, its replica promoted, B locks there", Want: faulttrial.NoOverlap}
-	fBenignLat = faulttrial.Fault{Name: "benign: latency 100 ms each way for 3 s", Want: faulttrial.NoLoss}
-	fPause     = faulttrial.Fault{Name: "benign: server paused (SIGSTOP) 400 ms", Want: faulttrial.NoLoss}
-	fPoolReset = faulttrial.Fault{Name: "benign: the pool's other sessions killed", Want: faulttrial.NoLoss}
+	fKill       = faulttrial.Fault{Name: "KILL CONNECTION of A's session, B a GET_LOCK of another session", Want: faulttrial.Raced}
+	fKillOrder  = faulttrial.Fault{Name: "KILL CONNECTION of A's session, B a lease of the same process", Want: faulttrial.NoOverlap}
+	fKillMany   = faulttrial.Fault{Name: "KILL CONNECTION of A's shared session, 100 leases beside A on it, B a lease of the same process", Want: faulttrial.NoOverlap}
+	fSilentMany = faulttrial.Fault{Name: "A's link silent both ways, 100 leases beside A on its shared session", Want: faulttrial.NoOverlap}
+	fSilent     = faulttrial.Fault{Name: "A's link silent both ways", Want: faulttrial.NoOverlap}
+	fRequests   = faulttrial.Fault{Name: "A's requests dropped", Want: faulttrial.NoOverlap}
+	fAnswers    = faulttrial.Fault{Name: "the server's answers to A dropped", Want: faulttrial.NoOverlap}
+	fLatency    = faulttrial.Fault{Name: "latency 2.5 s each way, above the 2 s server timeout", Want: faulttrial.NoOverlap}
+	fShutdown   = faulttrial.Fault{Name: "server shut down (SIGTERM), restarted, B locks", Want: faulttrial.NoOverlap}
+	fCrash      = faulttrial.Fault{Name: "server killed (SIGKILL), restarted, B locks", Want: faulttrial.NoOverlap}
+	fFailover   = faulttrial.Fault{Name: "primary killed, its replica promoted, B locks there", Want: faulttrial.NoOverlap}
+	fBenignLat  = faulttrial.Fault{Name: "benign: latency 100 ms each way for 3 s", Want: faulttrial.NoLoss}
+	fPause      = faulttrial.Fault{Name: "benign: server paused (SIGSTOP) 400 ms", Want: faulttrial.NoLoss}
+	fPoolReset  = faulttrial.Fault{Name: "benign: the pool's other sessions killed", Want: faulttrial.NoLoss}
 )
 
 // The goals of the issue, checked with -faults.goals.
@@ -181,7 +183,7 @@ type faultRig struct {
 // bServer (nil: the rig's primary), from before the fault, reconnecting
 // when their connections fail; apply injects the fault and returns its
 // time. The trial lasts until B and B′ are granted or window passes.
-func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLease bool, window time.Duration, bServer *mysqltest.Server,
+func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLease bool, siblings int, window time.Duration, bServer *mysqltest.Server,
 	apply func(a *mysqllease.Lease, p *pinger) (faultAt time.Time)) faulttrial.Trial {
 	t.Helper()
 	addr := r.primary.Addr()
@@ -191,7 +193,19 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLea
 	aDB := open(t, r.primary.DSNAt(addr, "root", ""))
 	pDB := open(t, r.primary.DSNAt(addr, "root", "")+"?wait_timeout="+fmt.Sprint(int(fast.ServerTimeout/time.Second)))
 	subj := fmt.Sprintf("%s-%d", subject(t), i)
+	// The siblings are leases of A's pool, taken before A: fewer than a
+	// session holds before a Lock opens another, they share A's session.
+	var sibs []*mysqllease.Lease
+	var sibStamps []*faulttrial.Stamp
+	for j := range siblings {
+		l := lock(t, fast, aDB, fmt.Sprintf("%s-sib-%d", subj, j))
+		sibs = append(sibs, l)
+		sibStamps = append(sibStamps, faulttrial.StampWhen(l.Signal().Done()))
+	}
 	a := lock(t, fast, aDB, subj)
+	if siblings > 0 && sessionOf(t, rootDB(t, r.primary), sibs[0]) != sessionOf(t, rootDB(t, r.primary), a) {
+		t.Fatal("A and its siblings are on two sessions, want one")
+	}
 	p := startPinger(t, pDB, subj+"-peer")
 	aStamp := faulttrial.StampWhen(a.Signal().Done())
 	pStamp := faulttrial.StampWhen(p.ctx.Done())
@@ -251,6 +265,24 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLea
 			tr.Peer.Overlap = pAt.Sub(b2.at)
 		}
 	}
+	for j, st := range sibStamps {
+		at, lost := st.Stop()
+		if f.Want == faulttrial.NoLoss {
+			if lost {
+				t.Errorf("trial %d: sibling %d of A was lost in a benign fault", i, j)
+			}
+			continue
+		}
+		if aLost && !lost {
+			t.Errorf("trial %d: A was lost, its sibling %d on the same session was not", i, j)
+		}
+		if lost {
+			siblingsLost[f.Name] = append(siblingsLost[f.Name], at.Sub(faultAt))
+		}
+	}
+	for _, l := range sibs {
+		l.Unlock(context.Background())
+	}
 	b.release()
 	b2.release()
 	p.close()
@@ -259,6 +291,14 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLea
 	r.proxy.Cut()
 	return tr
 }
+
+// manySiblings is how many leases share A's session in the rows of many
+// leases.
+const manySiblings = 100
+
+// siblingsLost is, by fault, the time from the fault to each loss of A's
+// siblings.
+var siblingsLost = map[string][]time.Duration{}
 
 func isClosed(ch <-chan struct{}) bool {
 	select {
@@ -325,29 +365,32 @@ func TestFaults(t *testing.T) {
 		f        faulttrial.Fault
 		viaProxy bool
 		bLease   bool
+		siblings int // leases beside A on its session
 		cause    error
 		apply    func(*mysqllease.Lease, *pinger) time.Time
 	}{
-		{fKill, false, false, mysqllease.ErrConnLost, kill},
-		{fKillOrder, false, true, mysqllease.ErrConnLost, kill},
-		{fSilent, true, false, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.Both) })},
-		{fRequests, true, false, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.ToServer) })},
-		{fAnswers, true, false, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.ToClient) })},
-		{fLatency, true, false, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Delay(fast.ServerTimeout + fast.ServerTimeout/4) })},
-		{fShutdown, false, false, mysqllease.ErrConnLost, restart(primary.Stop)},
-		{fCrash, false, false, mysqllease.ErrConnLost, restart(primary.Kill)},
-		{fBenignLat, true, false, nil, proxyFault(func() {
+		{fKill, false, false, 0, mysqllease.ErrConnLost, kill},
+		{fKillOrder, false, true, 0, mysqllease.ErrConnLost, kill},
+		{fKillMany, false, true, manySiblings, mysqllease.ErrConnLost, kill},
+		{fSilent, true, false, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.Both) })},
+		{fSilentMany, true, false, manySiblings, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.Both) })},
+		{fRequests, true, false, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.ToServer) })},
+		{fAnswers, true, false, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.ToClient) })},
+		{fLatency, true, false, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Delay(fast.ServerTimeout + fast.ServerTimeout/4) })},
+		{fShutdown, false, false, 0, mysqllease.ErrConnLost, restart(primary.Stop)},
+		{fCrash, false, false, 0, mysqllease.ErrConnLost, restart(primary.Kill)},
+		{fBenignLat, true, false, 0, nil, proxyFault(func() {
 			proxy.Delay(100 * time.Millisecond)
 			time.AfterFunc(3*time.Second, func() { proxy.Delay(0) })
 		})},
-		{fPause, false, false, nil, func(*mysqllease.Lease, *pinger) time.Time {
+		{fPause, false, false, 0, nil, func(*mysqllease.Lease, *pinger) time.Time {
 			at := time.Now()
 			primary.Signal(syscall.SIGSTOP)
 			time.Sleep(400 * time.Millisecond)
 			primary.Signal(syscall.SIGCONT)
 			return at
 		}},
-		{fPoolReset, true, false, nil, func(a *mysqllease.Lease, p *pinger) time.Time {
+		{fPoolReset, true, false, 0, nil, func(a *mysqllease.Lease, p *pinger) time.Time {
 			aID, pID := sessions(a, p)
 			at := time.Now()
 			rows, err := admin.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = 'Sleep' AND ID NOT IN (?, ?, CONNECTION_ID())", aID, pID)
@@ -374,7 +417,7 @@ func TestFaults(t *testing.T) {
 				w = 2 * fast.ServerTimeout // B must not be granted in it
 			}
 			for i := range *faultTrials {
-				tr := r.trial(t, row.f, i, row.viaProxy, row.bLease, w, nil, row.apply)
+				tr := r.trial(t, row.f, i, row.viaProxy, row.bLease, row.siblings, w, nil, row.apply)
 				if tr.Lost && row.cause != nil && !strings.Contains(tr.Cause, row.cause.Error()) {
 					t.Errorf("trial %d: A lost with %s, want %v", i, tr.Cause, row.cause)
 				}
@@ -395,6 +438,12 @@ func TestFaults(t *testing.T) {
 	table := book.Table("make faults-mysql") + fmt.Sprintf("\nKILL CONNECTION sent → A's Done, %d trials: median %v, max %v (the KILL statement itself took %v median).\n\nUnlock → a waiting Lock granted, %d hand-overs: median %v, max %v.\n",
 		len(killDetections), medianOf(killDetections).Round(10*time.Microsecond), slices.Max(killDetections).Round(10*time.Microsecond), medianOf(kills).Round(10*time.Microsecond),
 		len(hand), medianOf(hand).Round(10*time.Microsecond), slices.Max(hand).Round(10*time.Microsecond))
+	for _, f := range []faulttrial.Fault{fKillMany, fSilentMany} {
+		if ds := siblingsLost[f.Name]; len(ds) > 0 {
+			table += fmt.Sprintf("\n%s: the fault → each of the %d leases beside A lost, %d losses: median %v, max %v.\n",
+				f.Name, manySiblings, len(ds), medianOf(ds).Round(10*time.Microsecond), slices.Max(ds).Round(10*time.Microsecond))
+		}
+	}
 	t.Log("\n" + table)
 	if *faultGoals {
 		if m := slices.Max(killDetections); m > goalKill {
@@ -439,7 +488,7 @@ func failoverTrial(t *testing.T, i int) faulttrial.Trial {
 	}
 	defer proxy.Close()
 	r := &faultRig{primary: primary, proxy: proxy}
-	return r.trial(t, fFailover, i, false, false, 4*fast.ServerTimeout, replica, func(*mysqllease.Lease, *pinger) time.Time {
+	return r.trial(t, fFailover, i, false, false, 0, 4*fast.ServerTimeout, replica, func(*mysqllease.Lease, *pinger) time.Time {
 		at := time.Now()
 		if err := primary.Kill(); err != nil {
 			t.Fatal(err)

@@ -7,86 +7,85 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/controller"
 	"github.com/zukhruf/lease/signal"
 )
 
-// Lease is a GET_LOCK lock held by a session of its own, and the lease that
-// tells its holder when the lock may be gone.
+// Lease is a GET_LOCK lock held by a session that the issuer shares among
+// the leases of one *sql.DB, and the lease that tells its holder when the
+// lock may be gone.
 //
 // A Lease is made by [Lock], [Config.Lock] or a [Locker]; there is no
-// useful zero value. Its methods are safe for concurrent use. The Lease
-// owns its connection, taken out of the pool with db.Conn: no method
-// returns it, the pool does not get it back, and [Lease.Unlock] closes it.
-// One goroutine keeps a heartbeat pending on it and a timer watches the
-// deadline; both stop at the loss or at the release, whichever comes first.
+// useful zero value. Its methods are safe for concurrent use. A Lease is a
+// thin view of its lock: its session, which no method returns, keeps the
+// heartbeat and the deadline for every lease on it, and loses them all
+// when it ends.
 type Lease struct {
 	ctrl    *controller.Controller
-	s       *session
-	cfg     Config
+	m       *shared
 	name    string
 	token   int64
 	unclaim func()
-
-	hctx     context.Context    // the heartbeats' context
-	hcancel  context.CancelFunc // closes the connection under a pending heartbeat
-	stopping atomic.Bool        // Unlock has begun: the heartbeats end
-	kept     chan struct{}      // closed when the heartbeats stopped
-
-	mu        sync.Mutex
-	confirmed time.Time // send time of the last confirmed heartbeat
-	timer     *time.Timer
 
 	once sync.Once
 	err  error // Unlock's outcome, set once
 }
 
-// Lock takes a connection of its own out of db, waits until its session
-// holds the GET_LOCK lock of subject, and returns the lease of that lock. It
-// is Config{}.Lock.
+// Lock waits until a session of the issuer holds the GET_LOCK lock of
+// subject, and returns the lease of that lock. It is Config{}.Lock.
 func Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, error) {
 	return Config{}.Lock(ctx, db, subject)
 }
 
-// Lock takes a connection out of db for the lease's whole life (db.Conn),
-// waits until its session holds the lock named [Config.LockName](subject),
-// with GET_LOCK, and returns the lease of that lock. The signal's subject
-// is subject.
+// Lock takes the lock named [Config.LockName](subject) with GET_LOCK on a
+// session that the issuer shares among the leases of db (see
+// [Config.Sessions]), and returns the lease of that lock. The signal's
+// subject is subject.
+//
+// A lock that is free is taken in one statement, GET_LOCK(name, 0), on a
+// shared session that is already open: Lock dials nothing and runs no
+// check then. The first Lock of a pool, and one that finds every session
+// full, opens a session: a connection taken out of db for good (db.Conn),
+// the checks below, the session's timeouts, and its watcher, a second
+// connection. With [Config.Fence], a second statement takes the token.
+//
+// A lock held elsewhere is waited for on a session of its own, with
+// GET_LOCK(name, Heartbeat) in steps, each answered within Heartbeat plus
+// the deadline (ServerTimeout − Margin) or the wait fails with
+// [ErrUnresponsive]: a blocked statement there stops no heartbeat of the
+// shared sessions. Once the server grants the lock, that session joins the
+// shared ones, with the lease on it, since the lock is the session's.
 //
 // Lock refuses at once, with an error that names the mistake and wraps its
 // cause, a Config out of range, a subject it cannot name, a db whose
-// MaxOpenConns is 1 (the lease keeps one connection, and Unlock's KILL QUERY
-// needs another), a connection the server refuses (a credential, a
+// MaxOpenConns is 1, a connection the server refuses (a credential, a
 // database, a privilege), a read-only server ([ErrReplica]), a Galera node
-// ([ErrGalera]), a session that already holds the lock ([ErrHeld]), and a
-// pooler that shares or moves server sessions ([ErrPooled]), before it
-// takes the lock or sets a timeout of the session (the probe for a pooler
-// sets a user variable, the session's mark, first). The README's "what you
-// may get wrong" lists each case.
+// ([ErrGalera]), a server that holds one lock per session (before MySQL
+// 5.7 and MariaDB 10.0.2), a session of the pool that already holds the
+// lock ([ErrHeld]), and a pooler that shares or moves server sessions
+// ([ErrPooled]), before it takes the lock or sets a timeout of the session
+// (the probe for a pooler sets a user variable, the session's mark,
+// first). These checks run once for each session it opens, not for each
+// lease. The README's "what you may get wrong" lists each case.
 //
-// A Lock in progress uses two connections of db: its own, and one for its
-// probe, which it waits for at most the deadline (ServerTimeout − Margin)
-// before it fails: a pool too small for the Locks in progress fails them
-// rather than deadlock them.
+// Opening a session uses two connections of db beside it: one for its
+// probe, which it waits for at most the deadline before it fails, and one
+// for the watcher.
 //
-// Lock sets the session's wait_timeout, interactive_timeout,
+// Lock sets a session's wait_timeout, interactive_timeout,
 // net_read_timeout and net_write_timeout to ServerTimeout, turns autocommit
-// on and off every statement and idle-transaction timeout, and lets the
-// fencing token's row and table wait as long as ctx does.
+// on and off every statement and idle-transaction timeout.
 //
 // ctx bounds the wait only; the lease lasts until it is lost or released.
-// Lock waits in steps of Heartbeat (GET_LOCK(name, Heartbeat)), each
-// answered within Heartbeat plus the deadline (ServerTimeout − Margin) or
-// the wait fails with [ErrUnresponsive].
-// When ctx ends during the wait, the driver closes the connection at once;
-// Lock kills the session (KILL CONNECTION through another connection of db,
-// once that connection shows the same server, bounded by Margin and 2 s) and
-// returns an error wrapping ctx's cause: no lock and no waiter are left on
-// the server, and no goroutine in the process.
+// ctx never reaches a statement of a shared session, whose connection the
+// driver would close under every lease on it: the deadline bounds those.
+// When ctx ends during a wait, the driver closes the wait's connection at
+// once; Lock kills its session (KILL CONNECTION through another connection
+// of db, once that connection shows the same server, bounded by Margin and
+// 2 s) and returns an error wrapping ctx's cause: no lock and no waiter are
+// left on the server, and no goroutine in the process.
 //
 // When another lease of this process holds the same lock (same server and
 // name), Lock does not return before that lease is lost or released, even
@@ -117,123 +116,116 @@ func (c Config) acquire(ctx context.Context, db *sql.DB, subject, call string, t
 		return fail(err)
 	}
 	if n := db.Stats().MaxOpenConnections; n == 1 {
-		return fail(errors.New("the *sql.DB has MaxOpenConns 1: the lease keeps one connection for its whole life and Unlock needs another for KILL QUERY, so nothing else could use the pool (set 0, for no limit, or at least 2 more than the leases it holds)"))
+		return fail(errors.New("the *sql.DB has MaxOpenConns 1: a shared session keeps one connection for as long as it holds leases, and its watcher another, so nothing else could use the pool (set 0, for no limit, or at least 3)"))
 	}
-	conn, err := connect(ctx, db)
-	if err != nil {
-		return fail(err)
-	}
-	s := &session{db: db, conn: conn, grace: min(c.Margin, 2*time.Second), bound: c.deadline()}
-	l, err := s.lock(ctx, c, subject, name, try)
+	st := setFor(db, c)
+	defer st.done()
+	l, err := st.lock(ctx, c, subject, name, try)
 	if err != nil {
 		return fail(err)
 	}
 	return l, nil
 }
 
-// lock takes the lease on s, which it owns from now on: on an error, it
-// kills and closes s. When try is set, it takes the lock only if no session
-// of the server and no lease of this process holds it now, and otherwise
-// returns an error wrapping [lease.ErrHeld].
-func (s *session) lock(ctx context.Context, c Config, subject, name string, try bool) (*Lease, error) {
-	// Until its timeouts are set, the session is as the pool gave it: a
-	// refusal gives it back untouched (it may be another user's, through a
-	// pooler, or hold that user's lock).
-	giveBack := func(err error) (*Lease, error) {
-		s.conn.Close()
-		return nil, err
-	}
-	fail := func(err error) (*Lease, error) {
-		s.abandon()
-		return nil, err
-	}
-	if err := s.check(ctx, name); err != nil {
-		return giveBack(err)
-	}
-	if err := s.probe(ctx); err != nil {
-		return giveBack(err)
-	}
-	if err := s.set(ctx, c); err != nil {
-		return fail(err)
-	}
+// lock takes the lease of the lock name on a shared session of st: at once,
+// with GET_LOCK(name, 0) on the session, when the lock is free and no lease
+// of this process holds it; otherwise, for Lock, by a wait on a session of
+// its own that joins st once the server grants it the lock. When try is
+// set, it takes the lock only if it is free now, and otherwise returns an
+// error wrapping [lease.ErrHeld].
+func (st *sessionSet) lock(ctx context.Context, c Config, subject, name string, try bool) (*Lease, error) {
 	var table string
 	if c.Fence != "" {
 		table, _ = fenceTable(c.Fence)
-		if err := s.checkFence(ctx, table, name); err != nil {
-			return fail(err)
-		}
 	}
-	var unclaim func()
-	if try {
-		if err := s.try(ctx, name, c.deadline()); err != nil {
-			if errors.Is(err, lease.ErrHeld) {
-				// GET_LOCK(name, 0) left the session holding and awaiting
-				// nothing: the close ends it, no KILL needed.
-				s.discard()
-				return nil, err
-			}
-			return fail(err)
-		}
-		var ok bool
-		if unclaim, ok = tryClaim(lockID{s.server, name}); !ok {
-			// The server granted the lock because the session of this
-			// process's lease has ended, which that lease has not read
-			// yet: it is live, and the grant is given back before TryLock
-			// returns.
-			err := fmt.Errorf("%w: another lease of this process holds the lock", lease.ErrHeld)
-			if s.release(ctx, name) != nil {
-				return fail(err)
-			}
-			s.discard()
+	m, err := st.pick(ctx, c, name)
+	if err != nil {
+		return nil, err
+	}
+	unclaim, ok := tryClaim(lockID{m.s.server, name})
+	if ok {
+		got, err := m.take(name)
+		switch {
+		case err != nil:
+			unclaim()
+			m.giveUp()
 			return nil, err
+		case got:
+			return st.grant(m, c, subject, name, table, unclaim)
 		}
-	} else {
-		if _, err := s.wait(ctx, name, c.Heartbeat, c.deadline()); err != nil {
-			return fail(err)
-		}
-		var err error
-		if unclaim, err = claim(ctx, lockID{s.server, name}); err != nil {
-			return fail(fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err))
-		}
+		unclaim()
 	}
+	m.giveUp()
+	if try {
+		if !ok {
+			return nil, fmt.Errorf("%w: another lease of this process holds the lock", lease.ErrHeld)
+		}
+		return nil, fmt.Errorf("%w: GET_LOCK(name, 0) returned 0: another server session holds the lock", lease.ErrHeld)
+	}
+	return st.wait(ctx, c, subject, name, table)
+}
+
+// grant makes the lease of the lock name that m's session has just taken:
+// its fencing token, taken in the session, and its place among the
+// session's leases. On an error, it releases the lock.
+func (st *sessionSet) grant(m *shared, c Config, subject, name, table string, unclaim func()) (*Lease, error) {
 	var token int64
 	if table != "" {
 		var err error
-		if token, err = s.fence(ctx, table, name); err != nil {
+		if token, err = m.fence(table, name); err != nil {
+			m.do("SELECT RELEASE_LOCK("+literal(name)+")"+tail, new(sql.NullInt64))
 			unclaim()
-			return fail(err)
+			m.giveUp()
+			return nil, err
 		}
 	}
-	// The first confirmation: the server answered a statement sent at sent
-	// while the session held the lock, and any silence it counts starts
-	// after it received that statement.
-	sent := time.Now()
-	if err := s.confirm(ctx, name, token); err != nil {
+	l := &Lease{ctrl: controller.New(subject), m: m, name: name, token: token, unclaim: unclaim}
+	if !m.attach(l) {
 		unclaim()
-		return fail(err)
+		return nil, fmt.Errorf("%w: the shared session ended as the lock was granted", ErrConnLost)
 	}
-	if time.Since(sent) >= c.deadline() {
+	return l, nil
+}
+
+// wait takes the lock name on a session of its own, opened and checked as
+// a shared session is, with GET_LOCK in steps of Heartbeat: a blocked
+// statement there stops no other lease's heartbeat. Once the server grants
+// the lock, and no lease of this process holds it any more, the session
+// joins st, with the new lease on it.
+func (st *sessionSet) wait(ctx context.Context, c Config, subject, name, table string) (*Lease, error) {
+	s, err := st.session(ctx, c, name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.wait(ctx, name, c.Heartbeat, c.deadline()); err != nil {
+		s.abandon()
+		return nil, err
+	}
+	unclaim, err := claim(ctx, lockID{s.server, name})
+	if err != nil {
+		s.abandon()
+		return nil, fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err)
+	}
+	var token int64
+	if table != "" {
+		if token, err = s.fence(ctx, table, name); err != nil {
+			unclaim()
+			s.abandon()
+			return nil, err
+		}
+	}
+	m, err := newShared(ctx, st, s)
+	if err != nil {
 		unclaim()
-		return fail(fmt.Errorf("%w: the grant's confirmation took longer than the deadline %v", ErrUnresponsive, c.deadline()))
+		s.abandon()
+		return nil, err
 	}
-	hctx, hcancel := context.WithCancel(context.Background())
-	l := &Lease{
-		ctrl:      controller.New(subject),
-		s:         s,
-		cfg:       c,
-		name:      name,
-		token:     token,
-		unclaim:   unclaim,
-		hctx:      hctx,
-		hcancel:   hcancel,
-		kept:      make(chan struct{}),
-		confirmed: sent,
+	st.add(m)
+	l := &Lease{ctrl: controller.New(subject), m: m, name: name, token: token, unclaim: unclaim}
+	if !m.attach(l) {
+		unclaim()
+		return nil, fmt.Errorf("%w: the session ended as the lock was granted", ErrConnLost)
 	}
-	// expire takes mu first: it cannot run before the timer is stored.
-	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(sent.Add(c.deadline())), l.expire)
-	l.mu.Unlock()
-	go l.keep()
 	return l, nil
 }
 
@@ -263,35 +255,6 @@ func (l *Lease) Name() string { return l.name }
 // A write that affected no row was refused: its holder has lost the lock.
 func (l *Lease) Token() int64 { return l.token }
 
-// keep sends the heartbeats: SELECT SLEEP(Heartbeat), the next as soon as
-// the last returns, so that a read is always pending on the connection and
-// its end is seen at once. Each one answered as sent confirms the session
-// from its send time.
-func (l *Lease) keep() {
-	defer close(l.kept)
-	q := "SELECT SLEEP(" + seconds(l.cfg.Heartbeat) + "), IS_USED_LOCK(" + literal(l.name) + ")" + tail
-	for !l.stopping.Load() {
-		sent := time.Now()
-		var slept, holder sql.NullInt64
-		err := l.s.row(l.hctx, q, &slept, &holder)
-		if l.stopping.Load() {
-			return // Unlock interrupted the heartbeat, or ended the lease
-		}
-		switch {
-		case err != nil:
-			l.lose(lossCause(err))
-			return
-		case !slept.Valid || slept.Int64 != 0:
-			l.lose(fmt.Errorf("%w: SLEEP returned %v: the server interrupted the heartbeat", ErrKilled, slept))
-			return
-		case !holder.Valid || holder.Int64 != l.s.id:
-			l.lose(fmt.Errorf("%w: the lock is held by %v, not by the lease's session %d", ErrPooled, holder, l.s.id))
-			return
-		}
-		l.confirm(sent)
-	}
-}
-
 // lossCause returns the cause of a loss for a heartbeat's error.
 func lossCause(err error) error {
 	c := causeOf(err)
@@ -301,44 +264,4 @@ func lossCause(err error) error {
 		}
 	}
 	return fmt.Errorf("%w: %w", ErrConnLost, err)
-}
-
-// confirm moves the deadline to sent + ServerTimeout − Margin.
-func (l *Lease) confirm(sent time.Time) {
-	l.mu.Lock()
-	if sent.After(l.confirmed) {
-		l.confirmed = sent
-		l.timer.Reset(time.Until(sent.Add(l.cfg.deadline())))
-	}
-	l.mu.Unlock()
-}
-
-// expire runs when the deadline timer fires: the lease is lost unless a
-// confirmation moved the deadline meanwhile.
-func (l *Lease) expire() {
-	l.mu.Lock()
-	left := time.Until(l.confirmed.Add(l.cfg.deadline()))
-	if left > 0 {
-		l.timer.Reset(left)
-		l.mu.Unlock()
-		return
-	}
-	l.mu.Unlock()
-	l.lose(fmt.Errorf("%w: no heartbeat confirmed since one sent %v ago (deadline %v)", ErrUnresponsive, -left+l.cfg.deadline(), l.cfg.deadline()))
-}
-
-// lose loses the lease with cause, then closes its connection, which ends
-// a pending heartbeat, and lets the process's next lease of the lock be
-// granted. It does nothing once the lease was released.
-func (l *Lease) lose(cause error) {
-	if !l.ctrl.Lose(cause) {
-		return
-	}
-	l.timer.Stop()
-	l.hcancel()
-	go func() {
-		<-l.kept
-		l.s.discard()
-		l.unclaim()
-	}()
 }

@@ -2,6 +2,7 @@ package mysqllease_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -154,8 +155,11 @@ func TestKillConnection(t *testing.T) {
 	}
 }
 
-// TestKillQuery: a KILL QUERY of the lease's heartbeat loses it with
-// ErrKilled (an operator's act on the session), and the lock is freed.
+// TestKillQuery: a KILL QUERY of the lease's shared session, idle between
+// its statements, frees no lock: the lease stays live, or, where the KILL
+// met a statement of the session, is lost with ErrKilled, never otherwise.
+// A KILL QUERY and then a KILL CONNECTION of the session's watcher start it
+// again: the lease stays live, and a new watcher waits.
 func TestKillQuery(t *testing.T) {
 	admin := rootDB(t, server)
 	db := rootDB(t, server)
@@ -163,27 +167,50 @@ func TestKillQuery(t *testing.T) {
 	a := lock(t, fast, db, subj)
 	defer a.Unlock(context.Background())
 	id := sessionOf(t, admin, a)
-	// A KILL QUERY that reaches the session between two heartbeats
-	// interrupts nothing (see unlock.go's kickEvery): repeat it until the
-	// lease is lost.
-	every := time.NewTicker(50 * time.Millisecond)
-	defer every.Stop()
-	bound := time.After(waitTimeout)
-	for lost := false; !lost; {
-		_, err := admin.Exec(fmt.Sprintf("KILL QUERY %d", id))
-		select {
-		case <-a.Signal().Done():
-			lost = true
-		case <-every.C:
-		case <-bound:
-			t.Fatalf("the lease was not lost after %v of KILL QUERY (the last one returned %v)", waitTimeout, err)
+	mustExec(t, admin, fmt.Sprintf("KILL QUERY %d", id))
+	time.Sleep(2 * fast.Heartbeat)
+	if err := a.Signal().Err(); err != nil && !errors.Is(err, mysqllease.ErrKilled) {
+		t.Fatalf("after a KILL QUERY of the session, Err = %v, want nil or ErrKilled", err)
+	}
+	if a.Signal().Err() == nil && holder(t, admin, subj) != id {
+		t.Fatalf("after a KILL QUERY of the session, the live lease's lock is held by %d, want %d", holder(t, admin, subj), id)
+	}
+	if a.Signal().Err() != nil {
+		a = lock(t, fast, db, subj)
+		defer a.Unlock(context.Background())
+	}
+	for _, kill := range []string{"QUERY", "CONNECTION"} {
+		sid := sessionOf(t, admin, a)
+		w := watcher(t, admin, sid)
+		if w == 0 {
+			t.Fatalf("no watcher waits for the watch lock of session %d", sid)
+		}
+		mustExec(t, admin, fmt.Sprintf("KILL %s %d", kill, w))
+		deadline := time.Now().Add(waitTimeout)
+		for next := watcher(t, admin, sid); next == 0 || next == w; next = watcher(t, admin, sid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no new watcher waits %v after a KILL %s of the last one", waitTimeout, kill)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(2 * fast.Heartbeat)
+		if err := a.Signal().Err(); err != nil {
+			t.Fatalf("after a KILL %s of the watcher, the lease was lost: %v", kill, err)
 		}
 	}
-	if err := a.Signal().Err(); !errors.Is(err, mysqllease.ErrKilled) {
-		t.Fatalf("Err = %v, want ErrKilled", err)
+}
+
+// watcher returns the session of the watcher that waits for the watch lock
+// of the session id, 0 if none.
+func watcher(t *testing.T, admin *sql.DB, id int64) int64 {
+	t.Helper()
+	var w sql.NullInt64
+	err := admin.QueryRow("SELECT MAX(ID) FROM information_schema.PROCESSLIST WHERE INFO LIKE CONCAT('SELECT GET_LOCK(CONVERT(X''', HEX('mysqllease:watch:'), '%')"+
+		" AND IS_USED_LOCK(CONVERT(UNHEX(SUBSTRING_INDEX(SUBSTRING_INDEX(INFO, 'X''', -1), '''', 1)) USING utf8mb4)) = ?", id).Scan(&w)
+	if err != nil {
+		t.Fatal(err)
 	}
-	b := lock(t, fast, db, subj)
-	b.Unlock(context.Background())
+	return w.Int64
 }
 
 // TestLockCut: a Lock waiting for a held lock returns soon after its

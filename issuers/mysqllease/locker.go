@@ -9,8 +9,8 @@ import (
 )
 
 // Locker takes leases on subjects through one client with one Config; it
-// implements lease.TryLocker. Each lease has a session of its own, taken
-// out of the Locker's *sql.DB as [Config.Lock] takes it.
+// implements lease.TryLocker. Its leases share the sessions of the
+// Locker's *sql.DB as [Config.Lock]'s do.
 //
 // The zero Locker has no *sql.DB: its methods panic. Make one with
 // [NewLocker]. A Locker is immutable: it is safe for use by many goroutines
@@ -36,9 +36,9 @@ func NewLocker(db *sql.DB, cfg Config) *Locker {
 	return &Locker{db: db, cfg: cfg}
 }
 
-// Lock waits until its session holds the lock of subject and returns the
-// lease, a *[Lease]: it is [Config.Lock] with the Locker's db and Config.
-// On an error, the Lease is a nil interface.
+// Lock waits until a session of the issuer holds the lock of subject and
+// returns the lease, a *[Lease]: it is [Config.Lock] with the Locker's db
+// and Config. On an error, the Lease is a nil interface.
 func (l *Locker) Lock(ctx context.Context, subject string) (lease.Lease, error) {
 	ls, err := l.config().Lock(ctx, l.db, subject)
 	if err != nil {
@@ -49,8 +49,8 @@ func (l *Locker) Lock(ctx context.Context, subject string) (lease.Lease, error) 
 
 // TryLock takes the lock of subject if it is free now, as Lock does, and
 // otherwise returns an error wrapping [lease.ErrHeld] at once: it runs
-// Lock's session and checks, then GET_LOCK(name, 0), which neither waits
-// nor leaves the session queued for the lock. A lease of this process on
+// GET_LOCK(name, 0) on a shared session, as Lock does first, which neither
+// waits nor leaves the session queued for the lock. A lease of this process on
 // the same lock refuses it too, even after the server freed that lease's
 // lock, until the lease is lost or released. ctx bounds the statements, as
 // it bounds Lock's.

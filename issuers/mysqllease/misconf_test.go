@@ -54,6 +54,7 @@ func TestConfigOutOfRange(t *testing.T) {
 		{mysqllease.Config{Heartbeat: time.Millisecond}, "Config.Heartbeat 1ms is under its floor"},
 		{mysqllease.Config{Heartbeat: 5 * time.Second}, "Config.Heartbeat 5s is not shorter than half the deadline"},
 		{mysqllease.Config{Heartbeat: 2500 * time.Millisecond}, "Config.Heartbeat 2.5s is not shorter than half the deadline"},
+		{mysqllease.Config{Sessions: -1}, "Config.Sessions -1 is negative"},
 		{mysqllease.Config{Fence: "a.b.c"}, "Config.Fence"},
 		{mysqllease.Config{Fence: "a`b"}, "backtick"},
 		{mysqllease.Config{Fence: strings.Repeat("t", 65)}, "over MySQL's 64 characters"},

@@ -13,17 +13,16 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-
-	"github.com/zukhruf/lease"
 )
 
-// A session is the lease's own connection, taken out of the pool with
-// db.Conn and never given back: a session's timeouts and locks must not
-// reach the pool's other users. Every statement on it is a text-protocol
-// query (no arguments, so no prepared statement and no setting of the DSN
-// changes it) whose last two columns are CONNECTION_ID() and the session's
-// mark, both checked: a statement answered by any other server session is
-// an error wrapping ErrPooled.
+// A session is a server session of the issuer: a connection taken out of
+// the pool with db.Conn and never given back, since its timeouts and locks
+// must not reach the pool's other users; a shared session's (see shared),
+// or a waiting Lock's until the grant makes it one. Every statement on it
+// is a text-protocol query (no arguments, so no prepared statement and no
+// setting of the DSN changes it) whose last two columns are
+// CONNECTION_ID() and the session's mark, both checked: a statement
+// answered by any other server session is an error wrapping ErrPooled.
 type session struct {
 	db      *sql.DB
 	conn    *sql.Conn
@@ -76,6 +75,9 @@ func (s *session) check(ctx context.Context, name string) error {
 	}
 	s.mariadb = strings.Contains(version, "MariaDB")
 	s.server = server
+	if !manyLocks(version, s.mariadb) {
+		return fmt.Errorf("the server's version %s takes one GET_LOCK lock per session (a second releases the first): a shared session needs MySQL 5.7 or MariaDB 10.0.2 or newer", version)
+	}
 	rows, err := s.conn.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'super_read_only', 'wsrep_on')")
 	if err != nil {
 		return fmt.Errorf("read the server's variables: %w", err)
@@ -143,14 +145,19 @@ func (s *session) probe(ctx context.Context) error {
 }
 
 // set sets the session's timeouts: the server keeps it ServerTimeout after
-// it last heard from it, and nothing else ends it or cuts a statement.
+// it last heard from it, and nothing else ends it or cuts a statement. A
+// statement of a shared session holds up every lease on it, so the
+// fencing token's statement waits for its row's lock and its table's at
+// most a quarter of the deadline (at least 1 s, the floor of both): then it
+// fails alone (error 1205), and the session's next heartbeat is on time.
 func (s *session) set(ctx context.Context, c Config) error {
 	t := strconv.FormatInt(int64(c.ServerTimeout/time.Second), 10)
+	lockWait := strconv.FormatInt(max(1, int64(c.deadline()/4/time.Second)), 10)
 	vars := []string{
 		"wait_timeout = " + t, "interactive_timeout = " + t,
 		"net_read_timeout = " + t, "net_write_timeout = " + t,
 		"autocommit = 1",
-		"lock_wait_timeout = 31536000", "innodb_lock_wait_timeout = 1073741824",
+		"lock_wait_timeout = " + lockWait, "innodb_lock_wait_timeout = " + lockWait,
 	}
 	if s.mariadb {
 		vars = append(vars, "max_statement_time = 0",
@@ -182,21 +189,6 @@ func (s *session) wait(ctx context.Context, name string, step, bound time.Durati
 			return sent, nil
 		}
 	}
-}
-
-// try takes the lock with GET_LOCK(name, 0), which neither waits nor queues
-// the session, answered within bound or the session is taken for silent. It
-// returns an error wrapping [lease.ErrHeld] when another session holds the
-// lock.
-func (s *session) try(ctx context.Context, name string, bound time.Duration) error {
-	got, err := s.getLock(ctx, name, 0, bound)
-	if err != nil {
-		return err
-	}
-	if !got {
-		return fmt.Errorf("%w: GET_LOCK(name, 0) returned 0: another server session holds the lock", lease.ErrHeld)
-	}
-	return nil
 }
 
 // getLock runs GET_LOCK(name, step) once, a statement answered within step
@@ -248,36 +240,6 @@ func (s *session) fence(ctx context.Context, table, name string) (int64, error) 
 		return 0, fmt.Errorf("fencing token from %s: %w", table, err)
 	}
 	return token, nil
-}
-
-// confirm checks that the session holds the lock, and that its last
-// insert id is token (when not 0): the first confirmation of a lease.
-func (s *session) confirm(ctx context.Context, name string, token int64) error {
-	var holder sql.NullInt64
-	var last int64
-	if err := s.row(ctx, "SELECT IS_USED_LOCK("+literal(name)+"), LAST_INSERT_ID()"+tail, &holder, &last); err != nil {
-		return fmt.Errorf("confirm the grant: %w", causeOf(err))
-	}
-	if !holder.Valid || holder.Int64 != s.id {
-		return fmt.Errorf("confirm the grant: the lock is held by %v, not by the lease's session %d", holder, s.id)
-	}
-	if token != 0 && last != token {
-		return fmt.Errorf("confirm the grant: the fencing token read back is %d, not %d", last, token)
-	}
-	return nil
-}
-
-// release releases the lock in the session and reports whether the session
-// held it.
-func (s *session) release(ctx context.Context, name string) error {
-	var got sql.NullInt64
-	if err := s.row(ctx, "SELECT RELEASE_LOCK("+literal(name)+")"+tail, &got); err != nil {
-		return err
-	}
-	if !got.Valid || got.Int64 != 1 {
-		return fmt.Errorf("RELEASE_LOCK returned %v: the session did not hold the lock", got)
-	}
-	return nil
 }
 
 // kill sends KILL QUERY (or KILL CONNECTION) for the session through
@@ -340,4 +302,24 @@ func causeOf(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrConnLost, err)
+}
+
+// manyLocks reports whether a server of version holds many GET_LOCK locks
+// in one session: MySQL 5.7 and MariaDB 10.0.2 and newer. Before, a
+// GET_LOCK released the session's lock.
+func manyLocks(version string, mariadb bool) bool {
+	var v [3]int
+	for i, f := range strings.SplitN(strings.SplitN(version, "-", 2)[0], ".", 3) {
+		v[i], _ = strconv.Atoi(f)
+	}
+	want := [3]int{5, 7, 0}
+	if mariadb {
+		want = [3]int{10, 0, 2}
+	}
+	for i := range v {
+		if v[i] != want[i] {
+			return v[i] > want[i]
+		}
+	}
+	return true
 }

@@ -4,41 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
-// kickEvery is how often Unlock repeats its KILL QUERY while the heartbeat
-// has not returned: a KILL QUERY that reaches the session between two
-// heartbeats interrupts nothing, and the next one would run its whole
-// Heartbeat.
-const kickEvery = 50 * time.Millisecond
-
-// kickTimeout bounds one KILL QUERY, a connection of the pool included.
-const kickTimeout = time.Second
-
 // Unlock releases the lease: it ends the signal first, so that nothing the
-// server or the connection reports afterwards loses it; it interrupts the
-// pending heartbeat with KILL QUERY, sent through another connection of
-// the pool; it releases the lock with RELEASE_LOCK and closes the lease's
-// connection, which ends its session.
+// server or the connection reports afterwards loses it, then releases the
+// lock with one statement, RELEASE_LOCK, on the lease's shared session,
+// which lives on for the other leases on it.
 //
-// ctx bounds the wait for the interrupted heartbeat, after a first 50 ms
-// that Unlock takes whatever ctx says: an Unlock with a context already
-// cancelled, as a shutdown's deferred Unlock has, still releases the lock.
-// The deadline (ServerTimeout − Margin) bounds that wait and the release,
-// whatever ctx says, and each KILL QUERY is bounded by 1 s. A KILL QUERY
-// that reaches the session late may interrupt the RELEASE_LOCK: Unlock then
-// ends the session instead ([ErrSessionEnded]), which frees the lock too.
+// ctx is not passed to the statement: its end would close the connection
+// under every lease of the session. The deadline (ServerTimeout − Margin)
+// bounds the statement instead, whatever ctx says, so that an Unlock with a
+// context already cancelled, as a shutdown's deferred Unlock has, still
+// releases the lock.
 //
 // Unlock returns nil once RELEASE_LOCK released the lock. Otherwise the
 // lock was freed, or will be, by the end of the session, and the error says
-// which: it wraps [ErrSessionEnded] when ctx ended before the heartbeat
-// returned, or the release failed (the server frees the lock when it sees
-// the session end, at the latest ServerTimeout after it last heard from
-// it); it wraps the loss when the lease was lost before Unlock. Either way
-// the signal was never lost by the release, and the fencing token still
-// refuses the holder's writes once another holder has taken the lock.
-// Successive calls return the first call's result.
+// which: it wraps [ErrSessionEnded] when the session ended before or during
+// the release (the server frees the lock when it sees the session end, at
+// the latest ServerTimeout after it last heard from it); it wraps the loss
+// when the lease was lost before Unlock. Either way the signal was never
+// lost by the release, and the fencing token still refuses the holder's
+// writes once another holder has taken the lock. Successive calls return
+// the first call's result.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		panic("mysqllease: Unlock called with a nil context")
@@ -47,70 +34,27 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("mysqllease: Unlock called on a Lease not made by Lock")
 	}
 	l.once.Do(func() {
-		if err := l.release(ctx); err != nil {
+		if err := l.release(); err != nil {
 			l.err = fmt.Errorf("mysqllease: unlock %s: %w", quote(l.ctrl.Subject()), err)
 		}
 	})
 	return l.err
 }
 
-func (l *Lease) release(ctx context.Context) error {
-	ended := l.ctrl.End()
-	l.stopping.Store(true)
-	if !ended {
-		<-l.kept
+func (l *Lease) release() error {
+	if !l.ctrl.End() {
 		return lostBefore{l.ctrl.Signal().Err()}
 	}
-	l.timer.Stop()
+	if !l.m.detach(l) {
+		// The session's end freed the lock; the session's own end lets the
+		// process's next lease of it be granted.
+		return fmt.Errorf("%w: the shared session had ended", ErrSessionEnded)
+	}
 	defer l.unclaim()
-	// The first KILL QUERY gets kickEvery to end the heartbeat whatever ctx
-	// says, so that an Unlock with a context already cancelled, as a
-	// shutdown's deferred Unlock has, still releases the lock; the KILL
-	// itself and the release are bounded by their own timeouts.
-	var cut error
-	var ctxDone <-chan struct{}
-	bound := time.NewTimer(l.cfg.deadline())
-	defer bound.Stop()
-	for cut == nil && !isClosed(l.kept) {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kickTimeout)
-		l.s.kill(kctx, "QUERY")
-		cancel()
-		wait := time.NewTimer(kickEvery)
-		select {
-		case <-l.kept:
-		case <-wait.C:
-		case <-ctxDone:
-			cut = fmt.Errorf("the release's context ended: %w", context.Cause(ctx))
-		case <-bound.C:
-			cut = fmt.Errorf("the heartbeat did not return within the deadline %v of the first KILL QUERY", l.cfg.deadline())
-		}
-		if cut != nil {
-			l.hcancel() // closes the connection under the heartbeat
-			<-l.kept
-		}
-		wait.Stop()
-		ctxDone = ctx.Done()
-	}
-	defer l.s.discard()
-	if cut != nil {
-		return fmt.Errorf("%w: %w", ErrSessionEnded, cut)
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.deadline())
-	defer cancel()
-	if err := l.s.release(rctx, l.name); err != nil {
+	if err := l.m.release(l.name); err != nil {
 		return fmt.Errorf("%w: release the lock: %w", ErrSessionEnded, err)
 	}
-	l.hcancel()
 	return nil
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 // lostBefore is the error of an Unlock of a lease lost before it: it

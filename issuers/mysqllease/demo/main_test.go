@@ -30,7 +30,7 @@ func TestRun(t *testing.T) {
 		"holder B  locked \"orders\", fencing token 2",
 		"table     refused a late retry of A's batch ",
 		"holder B  unlocked; its signal after the release: Err() = <nil>",
-		"lease lost: orders: mysqllease: connection lost: invalid connection",
+		"lease lost: orders: mysqllease: connection lost: the server ended the session",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the demo did not say %q; it said:\n%s", want, got)

@@ -1,0 +1,479 @@
+package mysqllease
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// A shared is a server session that holds the locks of many leases: one
+// heartbeat confirms them all, one deadline timer watches them all, and the
+// end of the session loses them all at once, which is what they shared.
+//
+// The session itself is idle between statements, so that a Lock or an
+// Unlock runs its one statement at once; the push that a pending read gave
+// a lease of its own comes from a second connection, the watcher, blocked
+// in GET_LOCK of a lock that the session took first (its watch lock): the
+// server grants it to the watcher the moment it ends the session, for a
+// KILL, a shutdown, its wait_timeout, and the watcher's grant loses every
+// lease of the session. A watcher that ends by itself (killed, its
+// connection cut) is started again; one that cannot stay pending fails the
+// session, since the push would be gone.
+type shared struct {
+	set   *sessionSet
+	s     *session
+	cfg   Config
+	watch string // the watch lock's name
+
+	ctx    context.Context    // ended by fail or close: cuts a statement in flight
+	cancel context.CancelFunc //
+	loops  sync.WaitGroup     // the heartbeat and the watcher
+
+	stmt sync.Mutex // one statement at a time on the connection
+
+	mu        sync.Mutex
+	leases    map[*Lease]struct{}
+	pending   int       // Locks that picked the session and have not attached or given up
+	dead      bool      // failed or closed: no new lease
+	confirmed time.Time // send time of the last statement answered as sent
+	timer     *time.Timer
+	idle      *time.Timer // closes the session once it has been empty for idleLinger
+}
+
+// idleLinger is how long a shared session with no lease stays open: long
+// enough that a Lock following an Unlock finds it, as a goroutine that
+// locks and unlocks in turn does, short enough that a process that stopped
+// locking gives its sessions back soon.
+const idleLinger = 100 * time.Millisecond
+
+// watchTimeout is the watcher's GET_LOCK timeout, 365 days: it waits for
+// the session's end, not for a time.
+const watchTimeout = "31536000"
+
+// errGone is the error of a statement on a shared session that has ended.
+var errGone = fmt.Errorf("%w: the shared session has ended", ErrConnLost)
+
+// newShared makes s, which holds no lock of a lease yet and whose checks and
+// timeouts are done, a shared session of st: it takes the session's watch
+// lock (the first confirmation), starts the watcher and the heartbeat, and
+// returns the session with one pending Lock counted.
+func newShared(ctx context.Context, st *sessionSet, s *session) (*shared, error) {
+	m := &shared{set: st, s: s, cfg: st.cfg, watch: watchPrefix + s.mark, leases: make(map[*Lease]struct{}), pending: 1}
+	sent := time.Now()
+	var got sql.NullInt64
+	if err := s.row(ctx, "SELECT GET_LOCK("+literal(m.watch)+", 0)"+tail, &got); err != nil {
+		return nil, fmt.Errorf("take the session's watch lock: %w", causeOf(err))
+	}
+	if got.Int64 != 1 {
+		return nil, fmt.Errorf("take the session's watch lock: GET_LOCK returned %v", got)
+	}
+	if time.Since(sent) >= m.cfg.deadline() {
+		return nil, fmt.Errorf("%w: the session's first statement took longer than the deadline %v", ErrUnresponsive, m.cfg.deadline())
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.confirmed = sent
+	m.mu.Lock()
+	m.timer = time.AfterFunc(time.Until(sent.Add(m.cfg.deadline())), m.expire)
+	m.mu.Unlock()
+	armed := make(chan struct{})
+	m.loops.Add(2)
+	go m.watchLoop(armed)
+	go m.heartbeat()
+	// The watcher's connection and settings take a round trip or two; its
+	// GET_LOCK is sent right after, and reaches the server before the
+	// first lease's own statement, which takes a round trip of its own. A
+	// pool with no connection to spare for it delays the push, not the
+	// Lock: the heartbeat and the deadline hold meanwhile.
+	bound := time.NewTimer(m.cfg.deadline())
+	defer bound.Stop()
+	select {
+	case <-armed:
+	case <-ctx.Done():
+	case <-bound.C:
+	}
+	return m, nil
+}
+
+// watchPrefix begins a watch lock's name; the session's 32-digit mark ends
+// it, so that no two sessions share one.
+const watchPrefix = "mysqllease:watch:"
+
+// load is how many leases hold the session or are about to; mu is held.
+func (m *shared) load() int { return len(m.leases) + m.pending }
+
+// do runs query, whose select list ends with tail, on the session and
+// scans its first columns into dest; a statement answered confirms the
+// session from its send time. An error of the connection or the session
+// fails the session, losing every lease on it; an error the server
+// returned for the statement alone (a missing table, a lock wait timeout)
+// is returned, and the session lives on. The caller's context never
+// reaches the statement: its end would close the connection under every
+// lease; the deadline bounds it instead.
+func (m *shared) do(query string, dest ...any) error {
+	return m.run(func(ctx context.Context) error { return m.s.row(ctx, query, dest...) })
+}
+
+// exec runs a statement without a result set on the session, as do does,
+// and returns its result.
+func (m *shared) exec(query string) (sql.Result, error) {
+	var res sql.Result
+	err := m.run(func(ctx context.Context) error {
+		var err error
+		res, err = m.s.conn.ExecContext(ctx, query)
+		return err
+	})
+	return res, err
+}
+
+func (m *shared) run(f func(ctx context.Context) error) error {
+	m.stmt.Lock()
+	defer m.stmt.Unlock()
+	if m.ctx.Err() != nil {
+		return errGone
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.deadline())
+	defer cancel()
+	sent := time.Now()
+	err := f(ctx)
+	var me *mysql.MySQLError
+	switch {
+	case err == nil:
+	case m.ctx.Err() != nil:
+		return errGone
+	case errors.As(err, &me) && !errors.Is(causeOf(err), ErrKilled) && !errors.Is(causeOf(err), ErrShutdown):
+		// The server answered: the session is alive, the statement failed.
+	default:
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: a statement was not answered within the deadline %v", ErrUnresponsive, m.cfg.deadline())
+		}
+		m.fail(lossCause(err))
+		return err
+	}
+	m.confirm(sent)
+	return err
+}
+
+// confirm moves the session's deadline to sent + ServerTimeout − Margin.
+func (m *shared) confirm(sent time.Time) {
+	m.mu.Lock()
+	if !m.dead && sent.After(m.confirmed) {
+		m.confirmed = sent
+		m.timer.Reset(time.Until(sent.Add(m.cfg.deadline())))
+	}
+	m.mu.Unlock()
+}
+
+// expire runs when the deadline timer fires: every lease of the session is
+// lost unless a confirmation moved the deadline meanwhile.
+func (m *shared) expire() {
+	m.mu.Lock()
+	left := time.Until(m.confirmed.Add(m.cfg.deadline()))
+	if left > 0 || m.dead {
+		if !m.dead {
+			m.timer.Reset(left)
+		}
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	m.fail(fmt.Errorf("%w: no heartbeat confirmed since one sent %v ago (deadline %v)", ErrUnresponsive, -left+m.cfg.deadline(), m.cfg.deadline()))
+}
+
+// heartbeat confirms the session every Heartbeat: a statement that also
+// checks that the session still holds its watch lock.
+func (m *shared) heartbeat() {
+	defer m.loops.Done()
+	t := time.NewTimer(m.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !m.beat() {
+			return
+		}
+		t.Reset(m.cfg.Heartbeat)
+	}
+}
+
+// beat runs one heartbeat, and reports whether the session lives on.
+func (m *shared) beat() bool {
+	var holder sql.NullInt64
+	if err := m.do("SELECT IS_USED_LOCK("+literal(m.watch)+")"+tail, &holder); err != nil {
+		return false
+	}
+	if !holder.Valid || holder.Int64 != m.s.id {
+		m.fail(fmt.Errorf("%w: the session's watch lock is held by %v, not by the session %d", ErrPooled, holder, m.s.id))
+		return false
+	}
+	return true
+}
+
+// watchLoop keeps a watcher blocked in GET_LOCK of the session's watch
+// lock, on a connection of the pool of its own (never given back), and
+// fails the session when the server grants it. armed is closed once the
+// first watcher's statement is about to be sent, or the loop gave up.
+func (m *shared) watchLoop(armed chan struct{}) {
+	defer m.loops.Done()
+	once := sync.OnceFunc(func() { close(armed) })
+	defer once()
+	backoff := firstBackoff
+	quick := 0
+	for m.ctx.Err() == nil {
+		err := m.watchOnce(once)
+		if m.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			m.fail(fmt.Errorf("%w: the server ended the session: its watch lock was granted to the watcher", ErrConnLost))
+			return
+		}
+		// The watcher's connection ended, which a crash, a shutdown or a
+		// cut link does to the session's too: a heartbeat now tells, where
+		// the next one would tell a Heartbeat later.
+		if !m.beat() {
+			return
+		}
+		var short bool
+		if err, short = unwrapShort(err); short {
+			// The watcher's statement ended within a heartbeat of its
+			// send, twice in a row: something cuts it (a readTimeout of
+			// the DSN under Heartbeat, a proxy), and the push is gone.
+			if quick++; quick >= 2 {
+				m.fail(fmt.Errorf("%w: the session's watcher cannot stay pending on the server (is the DSN's readTimeout under Heartbeat?): %w", ErrConnLost, err))
+				return
+			}
+		} else {
+			quick = 0
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// shortErr marks a watcher's statement that ended within a heartbeat of
+// its send.
+type shortErr struct{ err error }
+
+func (e shortErr) Error() string { return e.err.Error() }
+
+func unwrapShort(err error) (error, bool) {
+	var s shortErr
+	if errors.As(err, &s) {
+		return s.err, true
+	}
+	return err, false
+}
+
+// watchOnce runs one watcher: it returns nil when the server granted it the
+// watch lock (the session has ended), and an error otherwise.
+func (m *shared) watchOnce(armed func()) error {
+	conn, err := m.s.db.Conn(m.ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		conn.Raw(func(any) error { return driver.ErrBadConn })
+		conn.Close()
+	}()
+	var server string
+	if err := conn.QueryRowContext(m.ctx, "SELECT "+serverSQL).Scan(&server); err != nil {
+		return err
+	}
+	if server != m.s.server {
+		return fmt.Errorf("the pool's connection is on %s, not on the session's server %s", server, m.s.server)
+	}
+	off := "SET SESSION max_execution_time = 0"
+	if m.s.mariadb {
+		off = "SET SESSION max_statement_time = 0"
+	}
+	if _, err := conn.ExecContext(m.ctx, off); err != nil {
+		return err
+	}
+	armed()
+	sent := time.Now()
+	var got sql.NullInt64
+	err = conn.QueryRowContext(m.ctx, "SELECT GET_LOCK("+literal(m.watch)+", "+watchTimeout+")").Scan(&got)
+	switch {
+	case err == nil && got.Int64 == 1:
+		return nil
+	case err == nil:
+		err = fmt.Errorf("the watcher's GET_LOCK returned %v", got)
+	}
+	if time.Since(sent) < m.cfg.Heartbeat {
+		return shortErr{err}
+	}
+	return err
+}
+
+// fail loses every lease of the session with cause, at once, then ends
+// the session: it cuts a statement in flight, closes the connection (the
+// server frees the session's locks when it reads the close) and lets the
+// process's next leases of those locks be granted. It does nothing once the
+// session failed or was closed.
+func (m *shared) fail(cause error) {
+	m.mu.Lock()
+	if m.dead {
+		m.mu.Unlock()
+		return
+	}
+	m.dead = true
+	leases := m.leases
+	m.leases = nil
+	m.mu.Unlock()
+	for l := range leases {
+		l.ctrl.Lose(cause)
+	}
+	m.end(leases)
+}
+
+// end stops the session's loops and timers, removes it from its set and
+// closes its connection; then it ends the in-process records of leases.
+// dead is set.
+func (m *shared) end(leases map[*Lease]struct{}) {
+	m.mu.Lock()
+	m.timer.Stop()
+	if m.idle != nil {
+		m.idle.Stop()
+	}
+	m.mu.Unlock()
+	m.cancel()
+	m.set.remove(m)
+	go func() {
+		m.loops.Wait()
+		m.s.discard()
+		for l := range leases {
+			l.unclaim()
+		}
+	}()
+}
+
+// attach records l as a lease of the session, unless the session has
+// ended: then l's lock is gone with it.
+func (m *shared) attach(l *Lease) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pending--
+	if m.dead {
+		return false
+	}
+	m.leases[l] = struct{}{}
+	return true
+}
+
+// giveUp ends a pending Lock that took no lease on the session.
+func (m *shared) giveUp() {
+	m.mu.Lock()
+	m.pending--
+	m.idleCheck()
+	m.mu.Unlock()
+}
+
+// detach removes l from the session for its Unlock, and reports whether the
+// session still runs; the release that follows counts as pending, so that
+// the session is not closed as idle under it.
+func (m *shared) detach(l *Lease) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead {
+		return false
+	}
+	delete(m.leases, l)
+	m.pending++
+	return true
+}
+
+// idleCheck starts the idle timer when the session has no lease and no
+// pending Lock; mu is held.
+func (m *shared) idleCheck() {
+	if m.dead || m.load() > 0 {
+		return
+	}
+	linger := idleLinger
+	if m.set.alone {
+		linger = 0
+	}
+	if m.idle == nil {
+		m.idle = time.AfterFunc(linger, m.closeIdle)
+	} else {
+		m.idle.Reset(linger)
+	}
+}
+
+// closeIdle closes the session if it is still empty.
+func (m *shared) closeIdle() {
+	m.mu.Lock()
+	if m.dead || m.load() > 0 {
+		m.mu.Unlock()
+		return
+	}
+	m.dead = true
+	m.mu.Unlock()
+	m.end(nil)
+}
+
+// release releases l's lock on the session with RELEASE_LOCK, after l left
+// the session's leases.
+func (m *shared) release(name string) error {
+	defer m.giveUp()
+	var got sql.NullInt64
+	if err := m.do("SELECT RELEASE_LOCK("+literal(name)+")"+tail, &got); err != nil {
+		return err
+	}
+	if !got.Valid || got.Int64 != 1 {
+		err := fmt.Errorf("RELEASE_LOCK returned %v: the session did not hold the lock", got)
+		m.fail(fmt.Errorf("%w: %w", ErrPooled, err))
+		return err
+	}
+	return nil
+}
+
+// take takes the lock name on the session if it is free now: one statement,
+// GET_LOCK(name, 0), which neither waits nor queues. It returns an error
+// wrapping [ErrHeld] when the session held the lock before it (a pooled
+// connection that other code left holding it became the session).
+func (m *shared) take(name string) (bool, error) {
+	var before, got sql.NullInt64
+	if err := m.do("SELECT IS_USED_LOCK("+literal(name)+"), GET_LOCK("+literal(name)+", 0)"+tail, &before, &got); err != nil {
+		return false, fmt.Errorf("take the lock: %w", causeOf(err))
+	}
+	if before.Valid && before.Int64 == m.s.id {
+		// GET_LOCK counted a second hold of a lock the session had: give
+		// that one back, leaving the first as it was.
+		m.do("SELECT RELEASE_LOCK("+literal(name)+")"+tail, new(sql.NullInt64))
+		return false, fmt.Errorf("%w: session %d", ErrHeld, m.s.id)
+	}
+	if !got.Valid {
+		return false, fmt.Errorf("take the lock: %w: GET_LOCK returned NULL: the server interrupted it", ErrKilled)
+	}
+	return got.Int64 == 1, nil
+}
+
+// fence increments the lock's row of table (quoted) in the session and
+// returns the new token.
+func (m *shared) fence(table, name string) (int64, error) {
+	res, err := m.exec("INSERT INTO " + table + " (name, token) VALUES (" + literal(name) +
+		", LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)")
+	if err != nil {
+		return 0, fmt.Errorf("fencing token from %s: %w", table, err)
+	}
+	token, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("fencing token from %s: %w", table, err)
+	}
+	return token, nil
+}
