@@ -21,9 +21,11 @@ import (
 // A Lease is made by [Lock], [Campaign] or a [Locker]; there is no useful
 // zero value. Its methods are safe for concurrent use. It follows its claim
 // with the watch of its key and the state of the client's connection, and
-// renews the session's etcd lease on a stream of its own to keep a local
-// deadline (see [WithMargin]); all of it stops at the loss or at the
-// release, whichever comes first. Closing the session's client loses the
+// keeps a local deadline (see [WithMargin]) from the renewals of the
+// session's etcd lease, all of it shared with the other leases of its
+// session and margin: one renewal stream, one watch stream, no goroutine of
+// its own. It stops following its claim at the loss or at the release,
+// whichever comes first. Closing the session's client loses the
 // lease with [ErrClusterLost] if nothing did before.
 type Lease struct {
 	ctrl    *controller.Controller
@@ -50,8 +52,9 @@ type Lease struct {
 // that lock. The signal's subject is key.
 //
 // Before it asks for the lock, Lock waits for etcd to confirm a renewal of
-// the session's etcd lease sent on a stream of the lease's own, which gives
-// the local deadline its start; it keeps renewing while it waits. The lease
+// the session's etcd lease, sent on the renewal stream the leases of the
+// session share (at once if one was confirmed already), which gives the
+// local deadline its start; the renewals go on while it waits. The lease
 // is lost at the local deadline unless a later renewal was confirmed (see
 // [WithMargin] for the rule and the options).
 //
