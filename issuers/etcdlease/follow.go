@@ -114,7 +114,6 @@ func (ws *watchStream) poke() {
 
 // run follows the keys on one stream after another until ctx ends.
 func (w *watcher) run(ctx context.Context) {
-	defer w.sh.workers.Done()
 	defer w.resyncs.Wait()
 	if w.wc == nil {
 		return

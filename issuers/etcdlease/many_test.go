@@ -32,6 +32,7 @@ var (
 	manyHold    = flag.Duration("many.hold", 3*time.Second, "TestHoldMany: how long to hold them")
 	manyPeer    = flag.Bool("many.peer", false, "TestHoldMany: hold as many concurrency.Mutex locks on one session beside, in the same run")
 	manyReadme  = flag.String("many.readme", "", "TestHoldMany: write the table into this README's section on many leases")
+	manyNote    = flag.String("many.note", "", "TestHoldMany: a sentence the README adds after the machine's load, such as what else ran on it")
 	manyCommand = flag.String("many.command", "go test -run '^TestHoldMany$'", "TestHoldMany: the command the README names")
 )
 
@@ -182,26 +183,28 @@ func TestHoldMany(t *testing.T) {
 }
 
 // lockLease takes the lease of key on s; its loss is its signal's.
-func lockLease(ctx context.Context, s *concurrency.Session, key string) (func() error, error) {
+func lockLease(ctx context.Context, s *concurrency.Session, key string) (any, func() error, error) {
 	l, err := etcdlease.Lock(ctx, s, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return l.Signal().Err, nil
+	return l, l.Signal().Err, nil
 }
 
 // lockMutex takes etcd's mutex of key on s, which tells no loss.
-func lockMutex(ctx context.Context, s *concurrency.Session, key string) (func() error, error) {
+func lockMutex(ctx context.Context, s *concurrency.Session, key string) (any, func() error, error) {
 	m := concurrency.NewMutex(s, key)
 	if err := m.Lock(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return nil, nil
+	return m, nil, nil
 }
 
 // holdMany holds n locks on one session of a client of its own, and
 // returns what they cost.
-func holdMany(t *testing.T, endpoint string, n int, client string, lock func(context.Context, *concurrency.Session, string) (func() error, error)) manyRow {
+// The holder keeps what lock returns, as it would to release it: a lease,
+// a mutex.
+func holdMany(t *testing.T, endpoint string, n int, client string, lock func(context.Context, *concurrency.Session, string) (any, func() error, error)) manyRow {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -221,6 +224,7 @@ func holdMany(t *testing.T, endpoint string, n int, client string, lock func(con
 	runtime.ReadMemStats(&before)
 	goroutines := runtime.NumGoroutine()
 
+	kept := make([]any, n)
 	losses := make([]func() error, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -229,12 +233,12 @@ func holdMany(t *testing.T, endpoint string, n int, client string, lock func(con
 	for range 64 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				loss, err := lock(t.Context(), s, prefix+strconv.Itoa(i))
+				h, loss, err := lock(t.Context(), s, prefix+strconv.Itoa(i))
 				if err != nil {
 					errs <- err
 					return
 				}
-				losses[i] = loss
+				kept[i], losses[i] = h, loss
 			}
 		})
 	}
@@ -272,7 +276,7 @@ func holdMany(t *testing.T, endpoint string, n int, client string, lock func(con
 			}
 		}
 	}
-	runtime.KeepAlive(losses)
+	runtime.KeepAlive(kept)
 	if row.lost > 0 {
 		t.Errorf("%s: %d of %d locks lost with no fault, want 0", client, row.lost, n)
 	}
@@ -345,8 +349,12 @@ func writeManySection(t *testing.T, path, table string, ns []int) {
 	}
 	var b strings.Builder
 	b.WriteString(manyBegin + "\n")
-	fmt.Fprintf(&b, "`%s`, each count held %v, on %s, %d cores, %s, one embedded etcd server in a process of its own; load average %s at the end. Goroutines and heap are the holding process's, after `runtime.GC`.\n\n",
+	fmt.Fprintf(&b, "`%s`, each count held %v, on %s, %d cores, %s, one embedded etcd server in a process of its own; load average %s at the end.",
 		*manyCommand, *manyHold, cpuModel(), runtime.NumCPU(), runtime.Version(), strings.Join(fields, " "))
+	if *manyNote != "" {
+		b.WriteString(" " + *manyNote)
+	}
+	b.WriteString(" Goroutines and heap are the holding process's, after `runtime.GC`; a session's etcd lease has a TTL of 10 s.\n\n")
 	b.WriteString(table)
 	b.WriteString(manyEnd)
 	out := string(old[:i]) + b.String() + string(old[j+len(manyEnd):])

@@ -47,12 +47,9 @@ type shared struct {
 	w    *watcher
 	conn *grpc.ClientConn
 
-	ctx     context.Context // ends when the shared does
-	cancel  context.CancelFunc
-	kill    chan struct{} // closed once: the shared ends
-	killed  sync.Once
-	workers sync.WaitGroup // the goroutines of the shared, but the renewer's
-	closed  chan struct{}  // closed once they returned and the renewer stopped
+	cancel context.CancelFunc // ends the context of its goroutines
+	kill   chan struct{}      // closed once: the shared ends
+	killed sync.Once
 
 	refs   int         // leases and calls that hold it; registry.mu guards it
 	gone   bool        // unregistered; registry.mu guards it
@@ -75,8 +72,8 @@ var registry = struct {
 	m  map[sharedKey]*shared
 }{m: make(map[sharedKey]*shared)}
 
-// lingerFor is how long a shared outlives its last lease: the TTL etcd
-// granted, at least minLinger.
+// minLinger is the least time a shared outlives its last lease; it
+// lingers the TTL etcd granted if that is longer.
 const minLinger = time.Second
 
 // acquire returns the shared of session s with opts, held for the caller,
@@ -124,14 +121,11 @@ func newShared(k sharedKey) *shared {
 		s:      k.s,
 		r:      newRenewer(k.s, k.margin),
 		conn:   k.s.Client().ActiveConnection(),
-		ctx:    ctx,
 		cancel: cancel,
 		kill:   make(chan struct{}),
-		closed: make(chan struct{}),
 		leases: make(map[*Lease]struct{}),
 	}
 	sh.w = newWatcher(sh)
-	sh.workers.Add(3)
 	go sh.run()
 	go sh.w.run(ctx)
 	go sh.followConn(ctx)
@@ -139,20 +133,15 @@ func newShared(k sharedKey) *shared {
 }
 
 // run ends the shared when its session ends or someone else ends it, and
-// then stops its goroutines.
+// then stops its goroutines and the renewer's.
 func (sh *shared) run() {
-	defer sh.workers.Done()
 	select {
 	case <-sh.s.Done():
 		sh.end(sessionEnded(sh.s, sh.r))
 	case <-sh.kill:
 	}
 	sh.cancel()
-	go func() {
-		sh.r.close()
-		sh.workers.Wait()
-		close(sh.closed)
-	}()
+	sh.r.stop()
 }
 
 // release gives back a hold taken by acquire. After the last, the shared
@@ -279,7 +268,6 @@ func (sh *shared) detach(l *Lease) {
 // runs out. A connection that drops and comes straight back passes through
 // connecting, not failure, and loses nothing (TestLockKeptThroughConnectionBlip).
 func (sh *shared) followConn(ctx context.Context) {
-	defer sh.workers.Done()
 	if sh.conn == nil {
 		return
 	}
