@@ -354,7 +354,7 @@ func writeManySection(t *testing.T, path, table string, ns []int) {
 	if *manyNote != "" {
 		b.WriteString(" " + *manyNote)
 	}
-	b.WriteString(" Goroutines and heap are the holding process's, after `runtime.GC`; a session's etcd lease has a TTL of 10 s.\n\n")
+	b.WriteString(" The locks are taken from 64 goroutines; goroutines and heap are the holding process's, after `runtime.GC`; a session's etcd lease has a TTL of 10 s.\n\n")
 	b.WriteString(table)
 	b.WriteString(manyEnd)
 	out := string(old[:i]) + b.String() + string(old[j+len(manyEnd):])
