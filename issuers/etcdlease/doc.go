@@ -13,16 +13,22 @@
 //     reports the key deleted ([ErrKeyDeleted], by hand or with a revoked
 //     etcd lease of the session) or put again bound to another etcd lease
 //     ([ErrKeyTakenOver]);
-//   - the lease renews the session's etcd lease on a stream of its own and
-//     is lost at the local deadline, the send time of the last renewal etcd
-//     confirmed plus the TTL it granted less a margin, unless a later
-//     renewal was confirmed ([ErrRenewalUnconfirmed], see [WithMargin]); or
+//   - the leases of a session renew its etcd lease on one stream they
+//     share, beside the session's own, and each is lost at the local
+//     deadline, the send time of the last renewal etcd confirmed plus the
+//     TTL it granted less a margin, unless a later renewal was confirmed ([ErrRenewalUnconfirmed], see [WithMargin]); or
 //     etcd answers a renewal that it has no such lease ([ErrSessionExpired]),
 //     or refuses it ([ErrRenewalRefused]);
 //   - the session ends ([concurrency.Session.Done]): its owner closed it
 //     ([ErrSessionClosed]);
 //   - the watch ends, its member loses its leader, or the client's
 //     connection can reach no endpoint ([ErrClusterLost]).
+//
+// The leases of one session (and one margin) share what follows them: one
+// renewal stream, one watch stream that carries a watch of each lease's
+// key, and no goroutine of their own; a lease costs its entries in a few
+// maps. What a failure of a shared stream does to them is in the README,
+// "Many leases on one session".
 //
 // No loss waits for a question to etcd: another holder may be granted the
 // claim as soon as etcd publishes its loss.

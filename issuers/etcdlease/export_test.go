@@ -12,19 +12,21 @@ import (
 // Campaign do with what etcd's mutex and election report.
 // Like Lock, it waits for etcd to confirm a renewal first.
 func StartAt(ctx context.Context, s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error) (*Lease, error) {
-	r, err := startRenewing(ctx, s, nil, true)
+	sh, err := acquire(ctx, s, nil)
 	if err != nil {
 		return nil, err
 	}
-	return start(r, s, subject, key, rev, granted, release, nil), nil
+	return start(sh, subject, key, rev, granted, release, nil), nil
 }
 
-// Following returns a channel that is closed once the goroutines that
-// follow l's claim have returned.
+// Following returns a channel that is closed once l no longer follows its
+// claim: it left its session's shared watch and renewals.
 func Following(l *Lease) <-chan struct{} {
 	c := make(chan struct{})
 	go func() {
-		l.watchers.Wait()
+		for !l.off.Load() {
+			time.Sleep(time.Millisecond)
+		}
 		close(c)
 	}()
 	return c
@@ -35,16 +37,16 @@ func Following(l *Lease) <-chan struct{} {
 // of the session's etcd lease after the end (if its client is open) and had
 // its answer.
 func SessionEnded(ctx context.Context, s *concurrency.Session) (error, error) {
-	l := new(Lease)
+	var r *renewer
 	if s.Client().Ctx().Err() == nil {
-		r, err := startRenewing(ctx, s, nil, false)
+		var err error
+		r, err = startRenewing(ctx, s, nil, false)
 		if err != nil {
 			return nil, err
 		}
 		defer r.close()
-		l.renew = r
 	}
-	return l.sessionEnded(s), nil
+	return sessionEnded(s, r), nil
 }
 
 // RenewedAt returns the send time of the last renewal of l's session etcd

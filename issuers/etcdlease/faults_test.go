@@ -362,8 +362,8 @@ func (tr *trial) outcome(want faulttrial.Want, stopWaitingAtLoss bool) faulttria
 			tr.t.Errorf("B's Lock: %v", g.err)
 		} else {
 			res.Granted = true
-			tr.bc <- g // for close to release
 		}
+		tr.bc <- g // for close to release, or to see it returned
 	}
 	at, ok := tr.stamp.Stop()
 	if ok {
@@ -380,8 +380,8 @@ func (tr *trial) outcome(want faulttrial.Want, stopWaitingAtLoss bool) faulttria
 			res.Peer.Unrecorded = fmt.Sprintf("B′'s Lock: %v", q.err)
 		} else {
 			res.Peer.Granted = true
-			tr.qc <- q // for close to release
 		}
+		tr.qc <- q // for close to release, or to see it returned
 	}
 	if at, ok := tr.pStamp.Stop(); ok {
 		res.Peer.Lost = true

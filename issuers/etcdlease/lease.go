@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/zukhruf/lease/controller"
@@ -21,20 +21,26 @@ import (
 // A Lease is made by [Lock], [Campaign] or a [Locker]; there is no useful
 // zero value. Its methods are safe for concurrent use. It follows its claim
 // with the watch of its key and the state of the client's connection, and
-// renews the session's etcd lease on a stream of its own to keep a local
-// deadline (see [WithMargin]); all of it stops at the loss or at the
-// release, whichever comes first. Closing the session's client loses the
+// keeps a local deadline (see [WithMargin]) from the renewals of the
+// session's etcd lease, all of it shared with the other leases of its
+// session and margin: one renewal stream, one watch stream, no goroutine of
+// its own. It stops following its claim at the loss or at the release,
+// whichever comes first. Closing the session's client loses the
 // lease with [ErrClusterLost] if nothing did before.
 type Lease struct {
 	ctrl    *controller.Controller
 	key     string
 	rev     int64
+	granted int64
 	release func(context.Context) error
 	free    func() // nil, or called once at the loss or after the release: a Locker's turn
 
-	stop     context.CancelFunc // stops following the claim
-	watchers sync.WaitGroup     // the goroutines that follow it
-	renew    *renewer           // renews the session's etcd lease and keeps the local deadline
+	sh       *shared  // renews, follows and keeps the deadline for the leases of the session
+	renew    *renewer // sh's
+	detached sync.Once
+	off      atomic.Bool // the lease no longer follows its claim
+
+	wid, next int64 // the key's watch ID, and the revision its watch goes on from (0: none); sh.w.mu guards them
 
 	once sync.Once
 	err  error // the release's outcome, set once
@@ -46,8 +52,9 @@ type Lease struct {
 // that lock. The signal's subject is key.
 //
 // Before it asks for the lock, Lock waits for etcd to confirm a renewal of
-// the session's etcd lease sent on a stream of the lease's own, which gives
-// the local deadline its start; it keeps renewing while it waits. The lease
+// the session's etcd lease, sent on the renewal stream the leases of the
+// session share (at once if one was confirmed already), which gives the
+// local deadline its start; the renewals go on while it waits. The lease
 // is lost at the local deadline unless a later renewal was confirmed (see
 // [WithMargin] for the rule and the options).
 //
@@ -70,16 +77,16 @@ type Lease struct {
 // orders the leases of one session and key in the process.
 func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Option) (*Lease, error) {
 	checkArgs(ctx, s, "Lock")
-	r, err := startRenewing(ctx, s, opts, true)
+	sh, err := acquire(ctx, s, opts)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlease: lock %s: %w", quote(key), err)
 	}
-	c := newClaim(s, r, key)
-	if err := r.bound(ctx, s, c.lock); err != nil {
-		r.close()
+	c := newClaim(s, sh.r, key)
+	if err := sh.r.bound(ctx, s, c.lock); err != nil {
+		sh.release()
 		return nil, fmt.Errorf("etcdlease: lock %s: %w", quote(key), err)
 	}
-	return start(r, s, key, c.key, c.rev, c.granted, c.unlock, nil), nil
+	return start(sh, key, c.key, c.rev, c.granted, c.unlock, nil), nil
 }
 
 // Campaign waits until the session leads the etcd election named election,
@@ -96,16 +103,16 @@ func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Optio
 // candidate's put, and is then lost as soon as it is made.
 func Campaign(ctx context.Context, s *concurrency.Session, election, value string, opts ...Option) (*Lease, error) {
 	checkArgs(ctx, s, "Campaign")
-	r, err := startRenewing(ctx, s, opts, true)
+	sh, err := acquire(ctx, s, opts)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlease: campaign %s: %w", quote(election), err)
 	}
-	c := newClaim(s, r, election)
-	if err := r.bound(ctx, s, func(ctx context.Context) error { return c.campaign(ctx, value) }); err != nil {
-		r.close()
+	c := newClaim(s, sh.r, election)
+	if err := sh.r.bound(ctx, s, func(ctx context.Context) error { return c.campaign(ctx, value) }); err != nil {
+		sh.release()
 		return nil, fmt.Errorf("etcdlease: campaign %s: %w", quote(election), err)
 	}
-	return start(r, s, election, c.key, c.rev, c.granted, c.resign, nil), nil
+	return start(sh, election, c.key, c.rev, c.granted, c.resign, nil), nil
 }
 
 // checkArgs panics, naming the call, if ctx or s is nil or s was not made
@@ -187,34 +194,12 @@ func quote(s string) string {
 	return strconv.Quote(s[:n]) + "…"
 }
 
-// start makes the lease of a claim granted at revision granted, kept by
-// renewer r, and starts following it. free, if not nil, is called once: when
-// the lease is lost, or after its release.
-func start(r *renewer, s *concurrency.Session, subject, key string, rev, granted int64, release func(context.Context) error, free func()) *Lease {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, release: release, free: free, stop: cancel, renew: r}
-	// The renewer loses the lease from its own timer, whatever the
-	// goroutines below are doing; it stops when the lease stops following
-	// its claim.
-	r.attach(l.lose)
-	l.watchers.Add(1)
-	go func() {
-		defer l.watchers.Done()
-		<-ctx.Done()
-		r.close()
-	}()
-	client := s.Client()
-	// The watch starts after the revision the claim was granted at, so no
-	// event between the grant and this call is missed. WithRequireLeader
-	// makes a member that loses its leader end the watch instead of going
-	// quiet.
-	events := client.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(granted+1))
-	l.watchers.Add(1)
-	go l.follow(ctx, s, events)
-	if conn := client.ActiveConnection(); conn != nil {
-		l.watchers.Add(1)
-		go l.followConn(ctx, conn)
-	}
+// start makes the lease of a claim granted at revision granted, on shared
+// sh, whose hold it takes, and starts following it. free, if not nil, is
+// called once: when the lease is lost, or after its release.
+func start(sh *shared, subject, key string, rev, granted int64, release func(context.Context) error, free func()) *Lease {
+	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, granted: granted, release: release, free: free, sh: sh, renew: sh.r}
+	sh.attach(l)
 	return l
 }
 
@@ -254,8 +239,7 @@ func (l *Lease) Revision() int64 { return l.rev }
 func (l *Lease) Unlock(ctx context.Context) error {
 	l.once.Do(func() {
 		ended := l.ctrl.End() // false: lost, and the loss called free
-		l.stop()
-		l.watchers.Wait()
+		l.detach()
 		if err := l.release(ctx); err != nil {
 			l.err = fmt.Errorf("etcdlease: release %s: %w", quote(l.key), err)
 		}
@@ -276,5 +260,14 @@ func (l *Lease) lose(cause error) {
 	if l.ctrl.Lose(cause) && l.free != nil {
 		l.free()
 	}
-	l.stop()
+	l.detach()
+}
+
+// detach stops following the claim and gives back the lease's hold on its
+// shared, once.
+func (l *Lease) detach() {
+	l.detached.Do(func() {
+		l.sh.detach(l)
+		l.off.Store(true)
+	})
 }

@@ -90,26 +90,26 @@ func (l *Locker) lock(ctx context.Context, subject, call string) (lease.Lease, e
 	if err != nil {
 		return nil, fmt.Errorf("etcdlease: %s %s: %w", what, quote(subject), err)
 	}
-	r, err := startRenewing(ctx, l.s, l.opts, true)
+	sh, err := acquire(ctx, l.s, l.opts)
 	if err != nil {
 		t.free()
 		return nil, fmt.Errorf("etcdlease: %s %s: %w", what, quote(subject), err)
 	}
-	c := newClaim(l.s, r, subject)
+	c := newClaim(l.s, sh.r, subject)
 	c.fresh = true
 	wait := c.lock
 	if try {
 		wait = c.tryLock
 	}
-	if err := r.bound(ctx, l.s, wait); err != nil {
-		r.close()
+	if err := sh.r.bound(ctx, l.s, wait); err != nil {
+		sh.release()
 		t.free()
 		return nil, fmt.Errorf("etcdlease: %s %s: %w", what, quote(subject), err)
 	}
 	// resign, not unlock: the release deletes the key only if it is still
 	// the lease's, so a lease lost and released late never deletes the key
 	// of the next lease in the turn.
-	return start(r, l.s, subject, c.key, c.rev, c.granted, c.resign, t.free), nil
+	return start(sh, subject, c.key, c.rev, c.granted, c.resign, t.free), nil
 }
 
 // turns holds the turns of the etcd keys that Lockers' leases hold or wait

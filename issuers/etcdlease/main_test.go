@@ -12,10 +12,14 @@ import (
 // running, in this package or in etcd's.
 //
 // With pausedEnv set, the binary is the child process of a paused-holder
-// trial instead (see TestFaults).
+// trial instead (see TestFaults); with manyServerEnv set, the etcd server
+// of TestHoldMany.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(pausedEnv); spec != "" {
 		os.Exit(pausedHolder(spec))
+	}
+	if dir := os.Getenv(manyServerEnv); dir != "" {
+		os.Exit(manyServer(dir))
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -96,6 +96,7 @@ type renewer struct {
 	stop   context.CancelFunc
 	done   chan struct{} // closed when run returns
 	failed chan struct{} // closed when loss is set
+	first  chan struct{} // closed at etcd's first answer
 
 	mu       sync.Mutex
 	sent     time.Time     // send time of the last confirmed renewal
@@ -115,39 +116,79 @@ type renewer struct {
 // With withSession, startRenewing fails when s has ended, or ends before
 // the first confirmation.
 func startRenewing(ctx context.Context, s *concurrency.Session, opts []Option, withSession bool) (*renewer, error) {
+	o, err := parseOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSession(s, withSession); err != nil {
+		return nil, err
+	}
+	r := newRenewer(s, o.margin)
+	var ended <-chan struct{} // nil: the renewer may outlive the session, to tell why it ended
+	if withSession {
+		ended = s.Done()
+	}
+	if err := r.waitFirst(ctx, s, ended); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// parseOptions applies opts and refuses a margin under its floor.
+func parseOptions(opts []Option) (options, error) {
 	o := options{margin: -1}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.margin >= 0 && o.margin < MinMargin {
-		return nil, fmt.Errorf("margin %v is under its floor %v: it must also cover the delay with which this process runs its timer", o.margin, MinMargin)
+		return o, fmt.Errorf("margin %v is under its floor %v: it must also cover the delay with which this process runs its timer", o.margin, MinMargin)
 	}
+	return o, nil
+}
+
+// checkSession refuses a session whose client was closed, and, with
+// withSession, one that ended.
+func checkSession(s *concurrency.Session, withSession bool) error {
 	if err := s.Client().Ctx().Err(); err != nil {
-		return nil, fmt.Errorf("the session's etcd client was closed: %w", err)
+		return fmt.Errorf("the session's etcd client was closed: %w", err)
 	}
-	var ended <-chan struct{} // nil: the renewer may outlive the session, to tell why it ended
 	if withSession {
-		ended = s.Done()
 		select {
-		case <-ended:
-			return nil, fmt.Errorf("%w: session %x ended before Lock (closed, orphaned, or its etcd lease gone)", ErrSessionClosed, s.Lease())
+		case <-s.Done():
+			return fmt.Errorf("%w: session %x ended before Lock (closed, orphaned, or its etcd lease gone)", ErrSessionClosed, s.Lease())
 		default:
 		}
 	}
+	return nil
+}
+
+// newRenewer starts renewing the etcd lease of s with margin (< 0: the
+// default).
+func newRenewer(s *concurrency.Session, margin time.Duration) *renewer {
 	rctx, stop := context.WithCancel(context.Background())
 	r := &renewer{
 		lc:     pb.NewLeaseClient(s.Client().ActiveConnection()),
 		id:     s.Lease(),
-		margin: o.margin,
+		margin: margin,
 		stop:   stop,
 		done:   make(chan struct{}),
 		failed: make(chan struct{}),
+		first:  make(chan struct{}),
 	}
-	first := make(chan struct{})
-	go r.run(rctx, first)
+	go r.run(rctx)
+	return r
+}
+
+// waitFirst returns once etcd confirmed a first renewal, or told that it
+// has no such lease (the renewer then holds the loss), and fails if ctx
+// ends, the client is closed or ended closes first, or the renewal was
+// refused, or the margin does not fit the TTL etcd granted. Many callers
+// may wait at once.
+func (r *renewer) waitFirst(ctx context.Context, s *concurrency.Session, ended <-chan struct{}) error {
 	var err error
 	select {
-	case <-first:
+	case <-r.first:
 	case <-r.failed:
 	case <-ctx.Done():
 		err = fmt.Errorf("no renewal of etcd lease %x confirmed: %w", r.id, context.Cause(ctx))
@@ -158,24 +199,21 @@ func startRenewing(ctx context.Context, s *concurrency.Session, opts []Option, w
 			ErrSessionClosed, r.id)
 	}
 	if err != nil {
-		r.close()
 		if last := r.lastErr(); last != nil {
 			err = fmt.Errorf("%w; the last renewal stream ended with: %w", err, last)
 		}
-		return nil, err
+		return err
 	}
 	r.mu.Lock()
 	loss, ttl := r.loss, r.ttl
 	r.mu.Unlock()
 	if loss != nil && errors.Is(loss, ErrRenewalRefused) {
-		r.close()
-		return nil, loss
+		return loss
 	}
 	if loss == nil && r.margin >= ttl/2 {
-		r.close()
-		return nil, fmt.Errorf("margin %v is not less than half the TTL %v etcd granted", r.margin, ttl)
+		return fmt.Errorf("margin %v is not less than half the TTL %v etcd granted", r.margin, ttl)
 	}
-	return r, nil
+	return nil
 }
 
 // lastErr returns why the last renewal stream ended, nil if none did.
@@ -300,8 +338,9 @@ func (r *renewer) interval() time.Duration {
 }
 
 // run renews the lease until ctx ends or the lease is lost, on one stream
-// after another; first is closed at the first answer.
-func (r *renewer) run(ctx context.Context, first chan struct{}) {
+// after another; r.first is closed at the first answer.
+func (r *renewer) run(ctx context.Context) {
+	first := r.first
 	defer close(r.done)
 	defer func() {
 		r.mu.Lock()
