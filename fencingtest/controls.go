@@ -17,17 +17,20 @@ var controls = map[string]struct {
 	wrap  func(Store) Store
 	fails []string // subtests of Run that must fail
 }{
+	// RacingWriters fails them too in most runs, not in every one: a race
+	// of 32 writers may miss the interleaving that the flaw needs, which
+	// the paused holder and the delayed request force.
 	// The fence is raised in one call and the value written in another,
 	// as a holder that checks a token and then writes does.
 	"CheckThenWrite": {
 		wrap:  func(s Store) Store { return checkThenWrite{s} },
-		fails: []string{"PausedHolder", "DelayedRequest", "RacingWriters"},
+		fails: []string{"PausedHolder", "DelayedRequest"},
 	},
 	// The token stored with the value is read and compared by the client,
 	// then the value written unconditionally, as a PUT without If-Match.
 	"ReadThenPut": {
 		wrap:  func(s Store) Store { return readThenPut{s} },
-		fails: []string{"PausedHolder", "DelayedRequest", "RacingWriters"},
+		fails: []string{"PausedHolder", "DelayedRequest"},
 	},
 }
 
