@@ -1,13 +1,14 @@
 # The fences of package fencing, checked by the resource: the root module's
 # fencing and fencingtest run in `make test`; the SQL fence runs on real
-# PostgreSQL and MariaDB servers in fencing/internal/sqltest, and the Redis
-# fence on a real redis-server in fencing/redisfence, modules of their own
-# so that the library never depends on a database's client, with the
+# PostgreSQL and MariaDB servers in fencing/internal/sqltest, the Redis
+# fence on a real redis-server in fencing/redisfence, and the etcd fence on
+# an etcd member in its test process in fencing/etcdfence, modules of their
+# own so that the library never depends on a store's client, with the
 # packages that pg-deps, mysql-deps and redis-deps install. No target here
 # is part of `make test`: .ci/run calls `make e2e` after it.
 
 FENCING_SQL     := fencing/internal/sqltest
-FENCING_MODULES := $(FENCING_SQL) fencing/redisfence
+FENCING_MODULES := $(FENCING_SQL) fencing/redisfence fencing/etcdfence
 FENCING_ENV      = PGBIN=$(PG_BIN) $(MYSQL_ENV) $(REDIS_ENV)
 
 .PHONY: e2e-fencing bench-fencing lint-fencing
@@ -16,7 +17,7 @@ E2E_STEPS += e2e-fencing
 
 ## e2e-fencing: vet each fence's module and run its tests under the race
 ## detector on real servers: fencingtest's conformance suite and its
-## negative controls on PostgreSQL, MariaDB and Redis, and each fence's
+## negative controls on PostgreSQL, MariaDB, Redis and etcd, and each fence's
 ## mistakes.
 e2e-fencing: pg-deps mysql-deps redis-deps
 	for m in $(FENCING_MODULES); do \
