@@ -11,7 +11,7 @@ FENCING_SQL     := fencing/internal/sqltest
 FENCING_MODULES := $(FENCING_SQL) fencing/redisfence fencing/etcdfence
 FENCING_ENV      = PGBIN=$(PG_BIN) $(MYSQL_ENV) $(REDIS_ENV)
 
-.PHONY: e2e-fencing bench-fencing lint-fencing
+.PHONY: e2e-fencing bench-fencing lint-fencing demo-fencing
 
 E2E_STEPS += e2e-fencing
 
@@ -23,6 +23,13 @@ e2e-fencing: pg-deps mysql-deps redis-deps
 	for m in $(FENCING_MODULES); do \
 		(cd $$m && $(GO) vet ./... && $(FENCING_ENV) $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; \
 	done
+
+## demo-fencing: a holder of a redislease lease, stopped with SIGSTOP past
+## its lease, resumes and sends its rows to PostgreSQL; the SQL fence
+## refuses them with ErrStale and the next holder's rows are intact; prints
+## the timeline.
+demo-fencing: pg-deps redis-deps
+	cd $(FENCING_SQL) && $(FENCING_ENV) $(GO) run ./demo
 
 ## bench-fencing: a fenced write beside an unfenced one on each store, 5
 ## runs of each, without the race detector.
