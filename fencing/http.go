@@ -72,7 +72,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // refusal names the resource and both tokens in its headers. It does
 // not read or close the body.
 func StaleResponse(resp *http.Response) error {
-	if resp.StatusCode != http.StatusConflict {
+	if resp == nil || resp.StatusCode != http.StatusConflict {
 		return nil
 	}
 	current, err := strconv.ParseInt(resp.Header.Get(CurrentHeader), 10, 64)

@@ -106,6 +106,9 @@ func TestHandlerMistakes(t *testing.T) {
 	if len(*writes) != 0 {
 		t.Errorf("writes reaching the handler = %v, want none", *writes)
 	}
+	if err := fencing.StaleResponse(nil); err != nil {
+		t.Errorf("StaleResponse(nil) = %v, want nil", err)
+	}
 }
 
 // A request that the handler answers with an error does not raise the

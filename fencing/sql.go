@@ -97,6 +97,11 @@ func (f SQL) CreateTable(ctx context.Context, db *sql.DB) error {
 // PostgreSQL it is one round trip (two on a refusal, which reads the
 // current token); on MySQL and MariaDB two, the second reading the raised
 // row under its lock. After a refusal the caller must roll tx back.
+//
+// Under REPEATABLE READ or SERIALIZABLE, PostgreSQL answers a fence raised
+// by a transaction that committed after tx's snapshot with a serialization
+// failure rather than a refusal: an error, which is not ErrStale, after
+// which nothing of tx commits either.
 func (f SQL) Check(ctx context.Context, tx *sql.Tx, resource string, token int64) error {
 	t, err := f.table()
 	if err != nil {
@@ -149,6 +154,9 @@ func (f SQL) Check(ctx context.Context, tx *sql.Tx, resource string, token int64
 func (f SQL) Advance(ctx context.Context, db *sql.DB, resource string, token int64) (err error) {
 	if _, err := f.table(); err != nil {
 		return err
+	}
+	if db == nil {
+		return errors.New("fencing: Advance called with a nil *sql.DB")
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

@@ -45,7 +45,13 @@ func TestSQLMistakes(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "fencing: ") {
 			t.Errorf("%s: Check() = %v, want an error naming %q", c.name, err, c.want)
 		}
-		if c.name == "nil tx" || c.name == "empty resource" || c.name == "long resource" {
+		if c.name == "nil tx" {
+			if err := c.f.Advance(ctx, nil, c.resource, 1); err == nil || !strings.Contains(err.Error(), "nil *sql.DB") {
+				t.Errorf("Advance(nil db) = %v, want an error naming the nil *sql.DB", err)
+			}
+			continue
+		}
+		if c.name == "empty resource" || c.name == "long resource" {
 			continue
 		}
 		if err := c.f.Advance(ctx, nil, c.resource, 1); err == nil || !strings.Contains(err.Error(), c.want) {

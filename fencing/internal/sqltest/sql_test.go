@@ -60,6 +60,49 @@ func TestCheckAfterOlderSnapshot(t *testing.T) {
 	}
 }
 
+// Under REPEATABLE READ, a transaction whose snapshot is older than the
+// fence a newer holder committed is not let through either: MariaDB's
+// Check refuses it, PostgreSQL's fails with a serialization error, and
+// nothing commits.
+func TestCheckRepeatableRead(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"Postgres", "MySQL"} {
+		t.Run(name, func(t *testing.T) {
+			d, db := openDB(t, name)
+			r := resource(t)
+			if err := d.fence.Advance(ctx, db, r, 3); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			var tok int64
+			if err := tx.QueryRowContext(ctx, "SELECT token FROM "+fenceTable+" WHERE resource = "+placeholder(name), r).Scan(&tok); err != nil || tok != 3 {
+				t.Fatalf("read the fence in tx = %d, %v, want 3", tok, err)
+			}
+			if err := d.fence.Advance(ctx, db, r, 9); err != nil {
+				t.Fatal(err)
+			}
+			err = d.fence.Check(ctx, tx, r, 5)
+			if err == nil {
+				t.Fatal("Check(5) in a REPEATABLE READ tx whose snapshot saw 3, after 9 was committed = nil, want an error")
+			}
+			if name == "MySQL" && !errors.Is(err, fencing.ErrStale) {
+				t.Errorf("Check(5) = %v, want stale", err)
+			}
+			if err := tx.Commit(); err == nil {
+				var cur int64
+				_ = db.QueryRowContext(ctx, "SELECT token FROM "+fenceTable+" WHERE resource = "+placeholder(name), r).Scan(&cur)
+				if cur != 9 {
+					t.Errorf("the fence after the refused tx committed = %d, want 9", cur)
+				}
+			}
+		})
+	}
+}
+
 // A writer whose transaction rolls back leaves the fence where it was.
 func TestRollbackLeavesFence(t *testing.T) {
 	ctx := context.Background()
