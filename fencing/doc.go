@@ -5,9 +5,10 @@
 //
 // A lease warns its holder; it cannot stop a holder that was paused past
 // its lease (a GC pause, a stopped process, a request held in the network)
-// from writing once it resumes. The token of [lease.Lease.Token] grows with
-// each holder of a subject, so a store that compares it with the highest
-// one it has seen refuses the late write of an old holder:
+// from writing once it resumes. A lease's token
+// ([github.com/zukhruf/lease.Lease].Token) grows with each holder of a
+// subject, so a store that compares it with the highest one it has seen
+// refuses the late write of an old holder:
 //
 //   - [SQL] raises a fence row in the caller's transaction, in one
 //     statement, so that the transaction's writes commit with the fence or
