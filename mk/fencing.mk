@@ -1,6 +1,7 @@
 # The fences of package fencing, checked by the resource: the root module's
 # fencing and fencingtest run in `make test`; the SQL fence runs on real
-# PostgreSQL and MariaDB servers in fencing/internal/sqltest, the Redis
+# PostgreSQL and MariaDB servers in fencing/internal/sqltest (pgxfence's
+# too: fencing/pgxfence's own tests need no server), the Redis
 # fence on a real redis-server in fencing/redisfence, and the etcd fence on
 # an etcd member in its test process in fencing/etcdfence, modules of their
 # own so that the library never depends on a store's client, with the
@@ -8,7 +9,7 @@
 # is part of `make test`: .ci/run calls `make e2e` after it.
 
 FENCING_SQL     := fencing/internal/sqltest
-FENCING_MODULES := $(FENCING_SQL) fencing/redisfence fencing/etcdfence
+FENCING_MODULES := $(FENCING_SQL) fencing/pgxfence fencing/redisfence fencing/etcdfence
 FENCING_ENV      = PGBIN=$(PG_BIN) $(MYSQL_ENV) $(REDIS_ENV)
 
 .PHONY: e2e-fencing bench-fencing lint-fencing demo-fencing

@@ -4,6 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/zukhruf/lease => ../../..
+	github.com/zukhruf/lease/fencing/pgxfence => ../../pgxfence
 	github.com/zukhruf/lease/issuers/redislease => ../../../issuers/redislease
 )
 
@@ -12,6 +13,7 @@ require (
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/zukhruf/lease v0.1.0
+	github.com/zukhruf/lease/fencing/pgxfence v0.1.0
 	github.com/zukhruf/lease/issuers/redislease v0.1.0
 	go.uber.org/goleak v1.3.0
 )
