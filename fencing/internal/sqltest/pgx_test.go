@@ -67,3 +67,9 @@ func (s *pgxStore) Put(ctx context.Context, resource, value string, token int64)
 func TestConformancePgx(t *testing.T) {
 	fencingtest.Run(t, fencingtest.Harness{Addr: addrs["Postgres"], Open: openPgx})
 }
+
+// TestNegativeControlsPgx runs fencingtest's fences built wrong over the
+// pgx store: each must fail the suite.
+func TestNegativeControlsPgx(t *testing.T) {
+	fencingtest.RunNegativeControls(t, fencingtest.Harness{Addr: addrs["Postgres"], Open: openPgx})
+}
