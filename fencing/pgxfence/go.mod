@@ -1,0 +1,16 @@
+module github.com/zukhruf/lease/fencing/pgxfence
+
+go 1.25.0
+
+replace github.com/zukhruf/lease => ../..
+
+require (
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/zukhruf/lease v0.1.0
+)
+
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)

@@ -1,0 +1,18 @@
+module github.com/zukhruf/lease/fencing/redisfence
+
+go 1.26.0
+
+replace github.com/zukhruf/lease => ../..
+
+require (
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/zukhruf/lease v0.1.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
