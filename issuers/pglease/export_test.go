@@ -32,7 +32,7 @@ func SetTimeouts(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if _, _, err := s.check(ctx, c, 0); err != nil {
 		return err
 	}
-	return s.set(ctx, c)
+	return s.set(ctx, c, false)
 }
 
 // Claim records a live lease of this process on the lock of key in conn's
@@ -55,4 +55,22 @@ func SetLockSQL(sql string) (restore func()) {
 	old := lockSQL
 	lockSQL = sql
 	return func() { lockSQL = old }
+}
+
+// CloseIdleSessions ends at once every shared session that no lease or
+// Lock uses, as each would end after its idle heartbeats, and waits for
+// their goroutines.
+func CloseIdleSessions() { closeIdle() }
+
+// SharedSessions returns how many shared sessions are open in the process,
+// and how many leases they hold.
+func SharedSessions() (sessions, leases int) { return sessionCount() }
+
+// Waiting returns how many Locks of this process wait for the lock of key
+// on shared sessions: held by another session, or by another lease of the
+// process.
+func Waiting(key int64) int {
+	waiting.Lock()
+	defer waiting.Unlock()
+	return waiting.m[key]
 }

@@ -28,6 +28,7 @@ import (
 // the release, whichever comes first.
 type Lease struct {
 	ctrl    *controller.Controller
+	sh      *shared // the shared session, or nil for a session of its own
 	s       *session
 	nc      net.Conn
 	cfg     Config
@@ -123,6 +124,13 @@ func (c Config) lock(ctx context.Context, pool *pgxpool.Pool, subject string, tr
 		return fail(err)
 	}
 	key := c.Key(subject)
+	if !c.OwnSession {
+		l, err := c.lockShared(ctx, pool, key, subject, try)
+		if err != nil {
+			return fail(err)
+		}
+		return l, nil
+	}
 	if err := step(ctx, stepAcquire); err != nil {
 		return fail(err)
 	}
@@ -169,7 +177,7 @@ func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key in
 	if err := step(ctx, stepSettings); err != nil {
 		return fail(err)
 	}
-	if err := s.set(ctx, c); err != nil {
+	if err := s.set(ctx, c, false); err != nil {
 		return fail(err)
 	}
 	if err := step(ctx, stepWait); err != nil {
@@ -281,6 +289,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 }
 
 func (l *Lease) release(ctx context.Context) error {
+	if l.sh != nil {
+		return l.releaseShared()
+	}
 	ended := l.ctrl.End()
 	l.unclaim()
 	l.quitOnce.Do(func() { close(l.quit) })

@@ -225,6 +225,7 @@ func TestLockCutAtEachStep(t *testing.T) {
 				t.Errorf("the pool after the cut Lock: %v", err)
 			}
 			pool.Close()
+			pglease.CloseIdleSessions()
 			goleak.VerifyNone(t, ignore)
 		})
 	}
