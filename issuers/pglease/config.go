@@ -38,6 +38,10 @@ const (
 // Deriving each from the others keeps the ratios of the defaults when a
 // user scales one: Config{ServerTimeout: 3 * time.Second} gives a deadline
 // of 1.5 s and a heartbeat of 300 ms, where fixed defaults would refuse it.
+// A deadline derived from a ServerTimeout is at most DefaultDeadline: a
+// longer one only makes a silent session's holders learn later, and the
+// server's keepalives may drop a silent session sooner than a long
+// ServerTimeout (Linux's default keepalive time is 2 hours).
 const (
 	heartbeatsPerDeadline = 5
 	timeoutPerDeadline    = 2
@@ -47,7 +51,7 @@ const (
 // leases of its pool open another, up to Config.Sessions: a pool of few
 // leases keeps one session, and one of many spreads them, so that a
 // session's end loses a bounded share.
-const leasesPerSession = 1000
+var leasesPerSession = 1000
 
 // The floors and ceilings of [Config]'s durations, which Lock checks: a
 // value out of range is refused, never rounded to one that means something
@@ -69,7 +73,8 @@ const (
 //
 // The durations derive from each other: a Config that sets Deadline gets
 // Heartbeat = Deadline/5 and ServerTimeout = 2 × Deadline where they are
-// zero; one that sets only ServerTimeout gets Deadline = ServerTimeout/2;
+// zero; one that sets only ServerTimeout gets Deadline = ServerTimeout/2,
+// at most DefaultDeadline;
 // one that sets only Heartbeat gets Deadline = 5 × Heartbeat. A derived
 // Heartbeat is at least MinHeartbeat.
 //
@@ -176,7 +181,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Deadline == 0 {
 		switch {
 		case c.ServerTimeout > 0:
-			c.Deadline = c.ServerTimeout / timeoutPerDeadline
+			c.Deadline = min(c.ServerTimeout/timeoutPerDeadline, DefaultDeadline)
 		case c.Heartbeat > 0:
 			c.Deadline = c.Heartbeat * heartbeatsPerDeadline
 		default:

@@ -74,3 +74,16 @@ func Waiting(key int64) int {
 	defer waiting.Unlock()
 	return waiting.m[key]
 }
+
+// StatementsSent returns how many statements the shared sessions of this
+// process have sent, heartbeats among them.
+func StatementsSent() int64 { return statementsSent.Load() }
+
+// SetLeasesPerSession sets how many leases a shared session takes before
+// the pool opens another, and returns the func that puts it back. It must
+// not be called while a Lock runs.
+func SetLeasesPerSession(n int) (restore func()) {
+	old := leasesPerSession
+	leasesPerSession = n
+	return func() { leasesPerSession = old }
+}

@@ -336,10 +336,13 @@ func TestLockMisuse(t *testing.T) {
 	})
 }
 
-// TestUnlockCutByContext releases a lease whose heartbeats' replies are
-// still on their way, with a context that ends first: Unlock cannot
-// release the lock in step with the server, so it ends the session, which
-// frees the lock, and says so; the signal is never lost.
+// TestUnlockCutByContext releases a lease alone on its session
+// (OwnSession) whose heartbeats' replies are still on their way, with a
+// context that ends first: Unlock cannot release the lock in step with the
+// server, so it ends the session, which frees the lock, and says so; the
+// signal is never lost. (A lease on a shared session sends its release at
+// once and waits for its reply, bounded by the session's deadline:
+// TestUnlockCancelledContext.)
 func TestUnlockCutByContext(t *testing.T) {
 	proxy, err := faultnet.Listen(server.Addr())
 	if err != nil {
@@ -347,7 +350,9 @@ func TestUnlockCutByContext(t *testing.T) {
 	}
 	defer proxy.Close()
 	admin := connect(t, server, server.Addr())
-	l := lock(t, fast, newPool(t, server, proxy.Addr()), "unlock cut")
+	own := fast
+	own.OwnSession = true
+	l := lock(t, own, newPool(t, server, proxy.Addr()), "unlock cut")
 	proxy.Delay(fast.Deadline / 4) // every heartbeat's reply is in flight for half a second
 	time.Sleep(3 * fast.Heartbeat)
 	ctx, cancel := context.WithTimeout(context.Background(), fast.Heartbeat/2)

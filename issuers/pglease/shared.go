@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,6 +25,11 @@ const notifyChannel = "pglease"
 // retries it, and so the longest a statement holds up the session's
 // heartbeats.
 const fenceWait = 10 * time.Millisecond
+
+// statementsSent counts the statements, heartbeats among them, that the
+// shared sessions of this process sent: the tests' count of the load the
+// leases put on the server.
+var statementsSent atomic.Int64
 
 // A shared is a session that many leases share: it holds their locks, one
 // heartbeat confirms them all, and its end loses them all. It owns its
@@ -122,6 +128,7 @@ func (sh *shared) write(p *pending, msg []byte) error {
 	}
 	p.sent = time.Now()
 	sh.queue = append(sh.queue, p)
+	statementsSent.Add(1)
 	// A write blocks only when the socket's buffer is full; the deadline
 	// keeps it from holding the session past its deadline.
 	sh.nc.SetWriteDeadline(p.sent.Add(sh.set.cfg.Deadline))
