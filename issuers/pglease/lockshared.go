@@ -54,7 +54,15 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 			sh = nil
 		}
 	}
+	marked := false // the waiter's mark (see markSQL) is held on sh
+	unmark := func() {
+		if marked && sh != nil {
+			sh.unmark(key)
+		}
+		marked = false
+	}
 	fail := func(err error) (*Lease, error) {
+		unmark()
 		leave()
 		if unclaim != nil {
 			unclaim()
@@ -108,12 +116,14 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 		if err != nil {
 			var gone errSessionGone
 			if errors.As(err, &gone) && ctx.Err() == nil {
+				marked = false
 				leave() // the session ended, and the lock with it: try on another
 				continue
 			}
 			return fail(err)
 		}
 		if granted {
+			unmark()
 			if err := step(ctx, stepFence); err != nil {
 				sh.release(key)
 				return fail(err)
@@ -127,6 +137,23 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 		}
 		if try {
 			return fail(fmt.Errorf("%w: another session holds the lock", lease.ErrHeld))
+		}
+		if !marked {
+			// Mark the wait, then try again at once: a release before the
+			// mark announced nothing, and one after it announces itself.
+			ok, err := sh.mark(key)
+			var gone errSessionGone
+			switch {
+			case errors.As(err, &gone) && ctx.Err() == nil:
+				leave()
+			case err != nil:
+				return fail(err)
+			default:
+				// Not marked: a release's check held the mark's lock for
+				// its statement, so the lock was just released.
+				marked = ok
+			}
+			continue
 		}
 		if stopWaiting == nil {
 			stopWaiting = markWaiting(key)
@@ -159,10 +186,57 @@ const takeSQL = "with l as (select pg_catalog.pg_try_advisory_lock(%d) as ok whe
 const fenceSQL = "insert into %s as t (key, token) select %d, 1 where %s " +
 	"on conflict (key) do update set token = t.token operator(pg_catalog.+) 1 returning token, pg_catalog.pg_backend_pid()"
 
-// unlockNotifySQL releases the lock of a key (%d) and announces it on
-// notifyChannel (the key again, %d), gated on the session (%s).
-const unlockNotifySQL = "select pg_catalog.pg_advisory_unlock(%d), pg_catalog.pg_notify('" + notifyChannel + "', '%d'), " +
-	"pg_catalog.pg_backend_pid() where %s"
+// unlockNotifySQL releases the lock of a key (%d), and announces it on
+// notifyChannel (the key again, %d) if a Lock marked its wait for it (the
+// mark's halves, %d and %d, see markSQL), gated on the session (%s).
+//
+// The mark is checked by trying to take it exclusively for the statement's
+// transaction only, which fails while a waiter holds it shared. A waiter
+// marks its wait before it tries the lock again, so that either its try
+// comes after the release, or its mark before the check: a release never
+// goes unannounced to a marked waiter, and a release that no Lock waits for
+// sends no notify, whose commit would need a transaction id and a flush of
+// the WAL.
+const unlockNotifySQL = "select pg_catalog.pg_advisory_unlock(%d), " +
+	"case when pg_catalog.pg_try_advisory_xact_lock(%[3]d, %[4]d) then null else pg_catalog.pg_notify('" + notifyChannel + "', '%[2]d') end, " +
+	"pg_catalog.pg_backend_pid() where %[5]s"
+
+// markSQL takes the mark of a Lock that waits for a key, shared: the
+// advisory lock of the key's halves as two int4 keys (%d, %d; pg_locks shows
+// it with objsubid 2, apart from the bigint keys' 1), gated on the session
+// (%s). unmarkSQL releases it.
+const (
+	markSQL   = "select pg_catalog.pg_try_advisory_lock_shared(%d, %d), pg_catalog.pg_backend_pid() where %s"
+	unmarkSQL = "select pg_catalog.pg_advisory_unlock_shared(%d, %d), pg_catalog.pg_backend_pid() where %s"
+)
+
+// markKeys returns the two int4 keys of the mark of key.
+func markKeys(key int64) (hi, lo int32) { return int32(key >> 32), int32(key) }
+
+// mark takes the mark of a Lock waiting for key on the session, and reports
+// whether it holds it.
+func (sh *shared) mark(key int64) (bool, error) {
+	hi, lo := markKeys(key)
+	rows, err := sh.exec(fmt.Sprintf(markSQL, hi, lo, sh.s.ours()))
+	if err != nil {
+		return false, fmt.Errorf("mark the wait: %w", err)
+	}
+	return string(rows[0][0]) == "t", nil
+}
+
+// unmark releases the mark of a Lock that waited for key. A failure ends
+// the session, which frees the mark.
+func (sh *shared) unmark(key int64) {
+	hi, lo := markKeys(key)
+	rows, err := sh.exec(fmt.Sprintf(unmarkSQL, hi, lo, sh.s.ours()))
+	if err == nil && string(rows[0][0]) != "t" {
+		err = errors.New("the session did not hold the mark")
+	}
+	var gone errSessionGone
+	if err != nil && !errors.As(err, &gone) {
+		sh.fail(fmt.Errorf("%w: a wait's mark could not be released on the shared session, which ended it: %w", ErrConnLost, err))
+	}
+}
 
 // take tries the lock of key on the session, and when granted takes its
 // fencing token in fence, if not nil, in the same statement. A guarded
@@ -246,7 +320,8 @@ func (sh *shared) holds(key int64) (bool, error) {
 // up a lock it took, and announces it. A release that fails ends the
 // session, which frees the lock.
 func (sh *shared) release(key int64) error {
-	rows, err := sh.exec(fmt.Sprintf(unlockNotifySQL, key, key, sh.s.ours()))
+	hi, lo := markKeys(key)
+	rows, err := sh.exec(fmt.Sprintf(unlockNotifySQL, key, key, hi, lo, sh.s.ours()))
 	if err == nil && string(rows[0][0]) != "t" {
 		err = errors.New("the session did not hold the lock")
 	}

@@ -95,8 +95,8 @@ func (st *sessionSet) removeIfUnused() {
 // use returns a session of the set for a Lock of key, counted as one more
 // user: the least used one, unless every session holds leasesPerSession
 // leases and fewer than cfg.Sessions are open, or none is; then it opens
-// one, with c's checks. It waits for a session being opened when it may
-// not open one.
+// one, with c's checks. It waits for a session being opened rather than
+// open another.
 func (st *sessionSet) use(ctx context.Context, c Config, key int64) (*shared, error) {
 	for {
 		st.mu.Lock()
@@ -112,7 +112,9 @@ func (st *sessionSet) use(ctx context.Context, c Config, key int64) (*shared, er
 			st.mu.Unlock()
 			return best, nil
 		}
-		if !room {
+		if !room || st.opening > 0 {
+			// One session opens at a time: the Locks that come meanwhile
+			// wait for it rather than open one each.
 			opened := st.opened
 			st.mu.Unlock()
 			select {
