@@ -87,3 +87,7 @@ func SetLeasesPerSession(n int) (restore func()) {
 	leasesPerSession = n
 	return func() { leasesPerSession = old }
 }
+
+// WithDefaults returns cfg with the defaults Lock uses for its zero fields,
+// or the error Lock returns for it.
+func WithDefaults(cfg Config) (Config, error) { return cfg.withDefaults() }
