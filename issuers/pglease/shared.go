@@ -302,7 +302,7 @@ func (sh *shared) lastConfirmed() time.Time {
 	return sh.confirmed
 }
 
-// heartbeatSQL is a shared session's heartbeat: the session's mark and its
+// heartbeatMessage is a shared session's heartbeat: the session's mark and its
 // server process.
 var heartbeatMessage = queryMessage("select pg_catalog.current_setting('" + markName + "', true), pg_catalog.pg_backend_pid()")
 
