@@ -225,7 +225,7 @@ var pgCycle = cycleCoordinator{
 		return v, err
 	},
 	clients: []cycleClient{
-		{name: "pglease", learns: learnsServerWait + " (pg_advisory_lock)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "pglease", learns: "push: the release's notify (LISTEN/NOTIFY); else a try, at most 500 ms apart", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			pool, err := newCyclePool(ctx, addr)
 			if err != nil {
 				return nil, nil, err

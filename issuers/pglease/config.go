@@ -10,12 +10,48 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The defaults of [Config].
+// The defaults of [Config]: those of a Config with every duration zero.
+// A Config that sets one duration derives the zero others from it, as
+// [Config] says.
 const (
 	DefaultHeartbeat     = time.Second
 	DefaultDeadline      = 5 * time.Second
 	DefaultServerTimeout = 10 * time.Second
+
+	// DefaultSessions is how many shared sessions the leases of one pool
+	// and Config use at most, when Config.Sessions is zero: see
+	// [Config.Sessions].
+	DefaultSessions = 4
 )
+
+// The ratios by which the zero durations of a [Config] derive from the one
+// it sets: Deadline = heartbeatsPerDeadline × Heartbeat, and ServerTimeout =
+// timeoutPerDeadline × Deadline.
+//
+// Five heartbeats per deadline: a lease is lost for nothing only when four
+// heartbeats in a row, or the round trips of a loaded machine, miss the
+// deadline, and a session sends no more than it needs (one statement a
+// Heartbeat, whatever its number of leases). Twice the deadline for the
+// server: the server frees a silent session's locks a whole Deadline after
+// its holders were told, a margin for the clocks' rates, the scheduler and
+// the kernel's buffers, as k8slease keeps a tenth of its lease duration.
+// Deriving each from the others keeps the ratios of the defaults when a
+// user scales one: Config{ServerTimeout: 3 * time.Second} gives a deadline
+// of 1.5 s and a heartbeat of 300 ms, where fixed defaults would refuse it.
+// A deadline derived from a ServerTimeout is at most DefaultDeadline: a
+// longer one only makes a silent session's holders learn later, and the
+// server's keepalives may drop a silent session sooner than a long
+// ServerTimeout (Linux's default keepalive time is 2 hours).
+const (
+	heartbeatsPerDeadline = 5
+	timeoutPerDeadline    = 2
+)
+
+// leasesPerSession is how many leases a shared session takes before the
+// leases of its pool open another, up to Config.Sessions: a pool of few
+// leases keeps one session, and one of many spreads them, so that a
+// session's end loses a bounded share.
+var leasesPerSession = 1000
 
 // The floors and ceilings of [Config]'s durations, which Lock checks: a
 // value out of range is refused, never rounded to one that means something
@@ -34,6 +70,13 @@ const (
 
 // Config sets how a lease confirms its session. The zero Config uses the
 // defaults; [Lock] is Config{}.Lock.
+//
+// The durations derive from each other: a Config that sets Deadline gets
+// Heartbeat = Deadline/5 and ServerTimeout = 2 × Deadline where they are
+// zero; one that sets only ServerTimeout gets Deadline = ServerTimeout/2,
+// at most DefaultDeadline;
+// one that sets only Heartbeat gets Deadline = 5 × Heartbeat. A derived
+// Heartbeat is at least MinHeartbeat.
 //
 // The deadline rule: a lease is lost once no heartbeat sent in the last
 // Deadline has been confirmed, and Lock sets the session's server timeouts so
@@ -104,6 +147,28 @@ type Config struct {
 	// lease with ErrPooled.
 	SessionPooler bool
 
+	// Sessions bounds the shared sessions that the leases taken from one
+	// pool with one Config use (DefaultSessions if zero; negative is
+	// refused). Leases share a session: it holds their locks, and one
+	// heartbeat confirms them all; a session's end loses every lease on it,
+	// and no other. A pool opens a session for its first lease and another
+	// once each of its sessions holds a thousand, up to Sessions; beyond,
+	// the leases go to the least loaded. The default of 4 keeps a process
+	// within a few server connections beside its pool's own (a server's
+	// max_connections is 100 by default, a role's limit often 10 to 50),
+	// and a session's end, at 10,000 leases, to a quarter of them. The
+	// sessions are the issuer's: they are hijacked from the pool, which no
+	// longer counts them, and no caller reaches them.
+	Sessions int
+
+	// OwnSession gives each lease a session of its own, as a lease had
+	// before sessions were shared: Lock takes a connection out of the pool
+	// for the lease's life, waits for the lock with pg_advisory_lock, and
+	// Unlock closes it. A lease alone on its session is lost by the faults
+	// of its session only, and each costs a server connection and a
+	// heartbeat.
+	OwnSession bool
+
 	// Secret, if not empty, keys the derivation of the lock's key from the
 	// subject: see [Config.Key]. Every process that takes the same locks must
 	// use the same secret.
@@ -113,16 +178,34 @@ type Config struct {
 // withDefaults returns c with the defaults for its zero durations, or an
 // error naming the field that is out of range.
 func (c Config) withDefaults() (Config, error) {
+	if c.Deadline == 0 {
+		switch {
+		case c.ServerTimeout > 0:
+			c.Deadline = min(c.ServerTimeout/timeoutPerDeadline, DefaultDeadline)
+		case c.Heartbeat > 0:
+			c.Deadline = c.Heartbeat * heartbeatsPerDeadline
+		default:
+			c.Deadline = DefaultDeadline
+		}
+	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = DefaultHeartbeat
-	}
-	if c.Deadline == 0 {
-		c.Deadline = DefaultDeadline
+		if c.Deadline > 0 {
+			c.Heartbeat = max(c.Deadline/heartbeatsPerDeadline, MinHeartbeat)
+		}
 	}
 	if c.ServerTimeout == 0 {
 		c.ServerTimeout = DefaultServerTimeout
+		if c.Deadline > 0 {
+			c.ServerTimeout = min(c.Deadline*timeoutPerDeadline, MaxServerTimeout)
+		}
+	}
+	if c.Sessions == 0 {
+		c.Sessions = DefaultSessions
 	}
 	switch {
+	case c.Sessions < 0:
+		return c, fmt.Errorf("Config.Sessions %d is negative: it bounds the shared sessions of a pool", c.Sessions)
 	case c.Heartbeat < MinHeartbeat:
 		return c, fmt.Errorf("Config.Heartbeat %v is under its floor %v: each heartbeat is a statement the server runs", c.Heartbeat, MinHeartbeat)
 	case c.Deadline <= c.Heartbeat:
@@ -177,12 +260,19 @@ func containsNUL(s string) bool {
 // values returns the settings Lock makes for c, in the order of settings:
 // the durations in whole milliseconds, rounded up, so that no timeout is
 // shorter than asked (and none is 0, which is off).
-func (c Config) values() []string {
+func (c Config) values(shared bool) []string {
 	ms := func(d time.Duration) string {
 		return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10) + "ms"
 	}
 	idle := (c.ServerTimeout + time.Second - 1) / time.Second // whole seconds, rounded up
-	return []string{ms(c.ServerTimeout), ms(c.ServerTimeout), fmt.Sprintf("%ds", idle), "1s", "1", ms(c.Heartbeat), "0", "0"}
+	lockTimeout := "0"
+	if shared {
+		// No statement of a shared session may wait long: its heartbeats
+		// queue behind it. Only the fencing token's write can wait (for a
+		// guarded write's row), and Lock retries it.
+		lockTimeout = ms(fenceWait)
+	}
+	return []string{ms(c.ServerTimeout), ms(c.ServerTimeout), fmt.Sprintf("%ds", idle), "1s", "1", ms(c.Heartbeat), "0", lockTimeout}
 }
 
 // maxQuoted is how many bytes of a caller's string an error quotes.

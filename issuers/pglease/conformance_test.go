@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/issuers/pglease"
@@ -43,6 +44,11 @@ func TestConformance(t *testing.T) {
 		// by closing the session, which the server sees at once here. A
 		// terminate reaches the holder by push, in milliseconds.
 		HandOver: 2*pglease.DefaultDeadline + time.Second,
+		// A shared session outlives its pool by a few heartbeats: a closed
+		// pool says nothing, and the session closes once it has had no
+		// lease for idleLinger heartbeats.
+		Goroutines: []goleak.Option{goleak.IgnoreAnyFunction("github.com/zukhruf/lease/issuers/pglease.(*shared).follow"),
+			goleak.IgnoreTopFunction("github.com/zukhruf/lease/issuers/pglease.(*shared).keep")},
 	})
 }
 

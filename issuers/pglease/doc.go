@@ -1,13 +1,26 @@
 // Package pglease issues leases from PostgreSQL session-level advisory
-// locks: [Lock] takes a connection of its own out of a pgxpool.Pool, waits
-// until its session holds the lock of a subject, and hands its holder a
-// [signal.Signal] that is lost the moment the lock may be gone, and never
-// because the holder released it.
+// locks: [Lock] takes the lock of a subject on a session that the leases of
+// its pgxpool.Pool share, and hands its holder a [signal.Signal] that is
+// lost the moment the lock may be gone, and never because the holder
+// released it.
 //
-// The lease owns its session: Lock hijacks the connection from the pool, no
-// method returns it, and [Lease.Unlock] closes it. The holder's code keeps
-// the pool's other connections, and nothing it does with them reaches the
-// lease's session.
+// The issuer owns its sessions: a shared session is a connection hijacked
+// from the pool, which no method returns and no caller reaches; it holds
+// the locks of many leases, and one heartbeat confirms them all. The leases
+// of one pool and Config use at most [Config.Sessions] of them (4 by
+// default; a session takes a thousand leases before another opens), and a
+// session's end loses every lease on it, and no other.
+// [Config.OwnSession] gives a lease a session of its own instead. The
+// holder's code keeps the pool's other connections, and nothing it does
+// with them reaches a lease's session.
+//
+// A free lock is taken with pg_try_advisory_lock, its fencing token in the
+// same statement; a lock held elsewhere is never waited for on the server,
+// where the statement would hold up the session's heartbeats: the Lock
+// waits in the process, woken by a lease's release, which notifies the
+// waiters of every process (LISTEN/NOTIFY), or by its next try, at most
+// half a second later, for a release that sends nothing. [Lease.Unlock]
+// is one statement, and the session goes on.
 //
 // A session-level advisory lock is held until it is released or the session
 // ends; the server frees it when the backend goes (pg_terminate_backend, a
@@ -15,13 +28,14 @@
 // advisory locks, or one of the server's timeouts). The lease learns of it
 // three ways:
 //
-//   - by push: a read stays pending on the connection while the holder works,
-//     so a FATAL error or the end of the connection is seen at once
-//     ([ErrTerminated], [ErrShutdown], [ErrConnLost]);
-//   - by a deadline, for silence: a heartbeat confirms the session, and the
-//     lease is lost once no heartbeat sent in the last [Config.Deadline] was
-//     confirmed, before the server, whose timeouts Lock sets for the session,
-//     may free the lock of a silent session ([ErrUnresponsive]);
+//   - by push: a read stays pending on the session's connection while the
+//     holder works, so a FATAL error or the end of the connection is seen at
+//     once ([ErrTerminated], [ErrShutdown], [ErrConnLost]);
+//   - by a deadline, for silence: a heartbeat confirms the session, and
+//     every lease on it is lost once no statement sent in the last
+//     [Config.Deadline] was answered, before the server, whose timeouts the
+//     session sets, may free the locks of a silent session
+//     ([ErrUnresponsive]);
 //   - within one process, by order: a Lock granted by the server does not
 //     return while another lease of the process on the same lock is live.
 //

@@ -97,7 +97,7 @@ func ExampleNewLocker() {
 	defer b.Unlock(ctx)
 	fmt.Println("the next holder's token is larger:", b.Token() > a.Token())
 	// Output:
-	// pglease: trylock "invoices": lease: subject is held: another session holds the lock
+	// pglease: trylock "invoices": lease: subject is held: another lease of this process holds the lock
 	// held: true
 	// Unlock: <nil>
 	// the next holder's token is larger: true

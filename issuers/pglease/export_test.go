@@ -32,7 +32,7 @@ func SetTimeouts(ctx context.Context, conn *pgx.Conn, cfg Config) error {
 	if _, _, err := s.check(ctx, c, 0); err != nil {
 		return err
 	}
-	return s.set(ctx, c)
+	return s.set(ctx, c, false)
 }
 
 // Claim records a live lease of this process on the lock of key in conn's
@@ -56,3 +56,38 @@ func SetLockSQL(sql string) (restore func()) {
 	lockSQL = sql
 	return func() { lockSQL = old }
 }
+
+// CloseIdleSessions ends at once every shared session that no lease or
+// Lock uses, as each would end after its idle heartbeats, and waits for
+// their goroutines.
+func CloseIdleSessions() { closeIdle() }
+
+// SharedSessions returns how many shared sessions are open in the process,
+// and how many leases they hold.
+func SharedSessions() (sessions, leases int) { return sessionCount() }
+
+// Waiting returns how many Locks of this process wait for the lock of key
+// on shared sessions: held by another session, or by another lease of the
+// process.
+func Waiting(key int64) int {
+	waiting.Lock()
+	defer waiting.Unlock()
+	return waiting.m[key]
+}
+
+// StatementsSent returns how many statements the shared sessions of this
+// process have sent, heartbeats among them.
+func StatementsSent() int64 { return statementsSent.Load() }
+
+// SetLeasesPerSession sets how many leases a shared session takes before
+// the pool opens another, and returns the func that puts it back. It must
+// not be called while a Lock runs.
+func SetLeasesPerSession(n int) (restore func()) {
+	old := leasesPerSession
+	leasesPerSession = n
+	return func() { leasesPerSession = old }
+}
+
+// WithDefaults returns cfg with the defaults Lock uses for its zero fields,
+// or the error Lock returns for it.
+func WithDefaults(cfg Config) (Config, error) { return cfg.withDefaults() }

@@ -146,6 +146,9 @@ func (l *Lease) lose(cause error) bool {
 		return false
 	}
 	l.unclaim()
+	if l.sh != nil {
+		return true // the shared session's end lost it, and closes the session
+	}
 	l.quitOnce.Do(func() { close(l.quit) })
 	l.nc.SetDeadline(time.Unix(1, 0))
 	return true

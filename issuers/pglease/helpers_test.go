@@ -88,7 +88,7 @@ func lockAsync(t testing.TB, admin *pgx.Conn, cfg pglease.Config, pool *pgxpool.
 }
 
 // waitWaitingOr returns once a backend waits for the advisory lock of key,
-// and fails the test if the Lock that should wait returns on ch first; its
+// or a Lock of this process waits for it on a shared session, and fails the test if the Lock that should wait returns on ch first; its
 // lease, if it was granted, is released.
 func waitWaitingOr(t testing.TB, admin *pgx.Conn, key int64, ch <-chan granted) {
 	t.Helper()
@@ -100,7 +100,7 @@ func waitWaitingOr(t testing.TB, admin *pgx.Conn, key int64, ch <-chan granted) 
 		if err != nil {
 			t.Fatalf("read pg_locks: %v", err)
 		}
-		if n > 0 {
+		if n > 0 || pglease.Waiting(key) > 0 {
 			return
 		}
 		select {

@@ -15,19 +15,22 @@ import (
 	"github.com/zukhruf/lease/signal"
 )
 
-// Lease is a session-level advisory lock held by a session of its own, and
-// the lease that tells its holder when the lock is gone.
+// Lease is a session-level advisory lock, and the lease that tells its
+// holder when the lock is gone.
 //
 // A Lease is made by [Lock], [Config.Lock] or a [Locker]; there is no
-// useful zero value. Its methods are
-// safe for concurrent use. The Lease owns its connection, which it took out
-// of the pool for good: no method returns it, the pool neither counts nor
-// recycles it, and [Lease.Unlock] closes it. It keeps a read pending on it to
-// see at once a FATAL error or the end of the connection, and sends
-// heartbeats on it. Two goroutines do this work; both stop at the loss or at
-// the release, whichever comes first.
+// useful zero value. Its methods are safe for concurrent use.
+//
+// A Lease on a shared session (the default) is a thin view of its lock: the
+// session, a connection the issuer took out of the pool for good, keeps a
+// read pending to see at once a FATAL error or the end of the connection,
+// and sends the heartbeats that confirm every lease on it; two goroutines
+// a session, none a lease. A Lease alone on its session
+// ([Config.OwnSession]) owns its connection and two goroutines of its own,
+// which stop at the loss or at the release; [Lease.Unlock] closes it.
 type Lease struct {
 	ctrl    *controller.Controller
+	sh      *shared // the shared session, or nil for a session of its own
 	s       *session
 	nc      net.Conn
 	cfg     Config
@@ -49,17 +52,28 @@ type Lease struct {
 	err  error // Unlock's outcome, set once
 }
 
-// Lock takes a connection of its own out of pool, waits until its session
-// holds the session-level advisory lock of [Key](subject), and returns the
-// lease of that lock. It is Config{}.Lock.
+// Lock waits until a session shared by the leases of pool holds the
+// session-level advisory lock of [Key](subject), and returns the lease of
+// that lock. It is Config{}.Lock.
 func Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*Lease, error) {
 	return Config{}.Lock(ctx, pool, subject)
 }
 
-// Lock takes a connection out of pool for the lease's whole life (Acquire,
-// then Hijack), waits until its session holds the session-level advisory
-// lock of c.Key(subject), with pg_advisory_lock, and returns the lease of
-// that lock. The signal's subject is subject.
+// Lock waits until a session of pool's holds the session-level advisory
+// lock of c.Key(subject) and returns the lease of that lock. The signal's
+// subject is subject.
+//
+// By default the session is one that the leases of pool and c share (see
+// [Config.Sessions]): Lock opens one, a connection taken out of the pool
+// for good (Acquire, then Hijack), with the checks and settings below,
+// only when the pool's leases have none with room; then it takes the lock
+// with pg_try_advisory_lock, and the fencing token in the same statement.
+// When another session holds the lock, Lock waits in the process until a
+// release that a lease of any process announces (LISTEN/NOTIFY), or its
+// next try, which comes at most pollMax (500 ms) after the previous, takes
+// it; no statement waits on the server. With [Config.OwnSession], Lock
+// takes a connection out of pool for the lease alone and waits with
+// pg_advisory_lock.
 //
 // Lock refuses at once, with an error that names the mistake and wraps
 // its cause, a Config out of range, a connection the server refuses (a
@@ -97,9 +111,12 @@ func Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*Lease, erro
 // Lock sets the session's idle_session_timeout, tcp_user_timeout,
 // tcp_keepalives_idle, tcp_keepalives_interval, tcp_keepalives_count and
 // client_connection_check_interval (see [Config]), and turns off its
-// statement_timeout and lock_timeout, which would otherwise end the wait
-// whatever ctx says. The session ends with the lease, and the settings with
-// it.
+// statement_timeout; it turns off lock_timeout on a session of its own,
+// which would otherwise end the wait whatever ctx says, and sets it to 10
+// ms on a shared session, where only the fencing token's write may wait,
+// and is retried. A session of its own ends with the lease, and the
+// settings with it; a shared session ends a few heartbeats after its last
+// lease.
 func (c Config) Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*Lease, error) {
 	return c.lock(ctx, pool, subject, false)
 }
@@ -123,6 +140,13 @@ func (c Config) lock(ctx context.Context, pool *pgxpool.Pool, subject string, tr
 		return fail(err)
 	}
 	key := c.Key(subject)
+	if !c.OwnSession {
+		l, err := c.lockShared(ctx, pool, key, subject, try)
+		if err != nil {
+			return fail(err)
+		}
+		return l, nil
+	}
 	if err := step(ctx, stepAcquire); err != nil {
 		return fail(err)
 	}
@@ -169,7 +193,7 @@ func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key in
 	if err := step(ctx, stepSettings); err != nil {
 		return fail(err)
 	}
-	if err := s.set(ctx, c); err != nil {
+	if err := s.set(ctx, c, false); err != nil {
 		return fail(err)
 	}
 	if err := step(ctx, stepWait); err != nil {
@@ -253,7 +277,19 @@ func (l *Lease) Key() int64 { return l.key }
 func (l *Lease) Token() int64 { return l.token }
 
 // Unlock releases the lease: it ends the signal first, so that nothing the
-// server or the connection reports afterwards loses it; it stops the
+// server or the connection reports afterwards loses it.
+//
+// On a shared session, Unlock then releases the lock with one statement,
+// pg_advisory_unlock, which also wakes the Locks of any process that marked
+// their wait for it, and waits for its answer, however long the session
+// takes to give it within its deadline (ctx does not cut it: the release
+// must be known). It returns nil once the lock is released; an error
+// wrapping [ErrSessionEnded] if the session ended first, which freed the
+// lock, or if the release failed, which ends the session (and loses its
+// other leases) to free it; an error wrapping the loss if the lease was lost
+// before.
+//
+// On a session of its own ([Config.OwnSession]), Unlock stops the
 // heartbeats and the pending read, and waits, bounded by ctx and by
 // Deadline, for the replies to the heartbeats in flight; then it releases
 // the lock with pg_advisory_unlock, bounded by Deadline, and closes the
@@ -281,6 +317,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 }
 
 func (l *Lease) release(ctx context.Context) error {
+	if l.sh != nil {
+		return l.releaseShared()
+	}
 	ended := l.ctrl.End()
 	l.unclaim()
 	l.quitOnce.Do(func() { close(l.quit) })

@@ -225,6 +225,7 @@ func TestLockCutAtEachStep(t *testing.T) {
 				t.Errorf("the pool after the cut Lock: %v", err)
 			}
 			pool.Close()
+			pglease.CloseIdleSessions()
 			goleak.VerifyNone(t, ignore)
 		})
 	}
@@ -335,10 +336,13 @@ func TestLockMisuse(t *testing.T) {
 	})
 }
 
-// TestUnlockCutByContext releases a lease whose heartbeats' replies are
-// still on their way, with a context that ends first: Unlock cannot
-// release the lock in step with the server, so it ends the session, which
-// frees the lock, and says so; the signal is never lost.
+// TestUnlockCutByContext releases a lease alone on its session
+// (OwnSession) whose heartbeats' replies are still on their way, with a
+// context that ends first: Unlock cannot release the lock in step with the
+// server, so it ends the session, which frees the lock, and says so; the
+// signal is never lost. (A lease on a shared session sends its release at
+// once and waits for its reply, bounded by the session's deadline:
+// TestUnlockCancelledContext.)
 func TestUnlockCutByContext(t *testing.T) {
 	proxy, err := faultnet.Listen(server.Addr())
 	if err != nil {
@@ -346,7 +350,9 @@ func TestUnlockCutByContext(t *testing.T) {
 	}
 	defer proxy.Close()
 	admin := connect(t, server, server.Addr())
-	l := lock(t, fast, newPool(t, server, proxy.Addr()), "unlock cut")
+	own := fast
+	own.OwnSession = true
+	l := lock(t, own, newPool(t, server, proxy.Addr()), "unlock cut")
 	proxy.Delay(fast.Deadline / 4) // every heartbeat's reply is in flight for half a second
 	time.Sleep(3 * fast.Heartbeat)
 	ctx, cancel := context.WithTimeout(context.Background(), fast.Heartbeat/2)
@@ -417,4 +423,37 @@ func TestLostWhenTerminatedWithoutClose(t *testing.T) {
 		t.Errorf("Err() = %v, want ErrTerminated", err)
 	}
 	l.Unlock(context.Background())
+}
+
+// TestDefaultsDerive: the zero durations of a Config derive from the one it
+// sets, in the defaults' ratios, and a Config of a 3 s server timeout, which
+// fixed defaults refused, takes a lease.
+func TestDefaultsDerive(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cfg, want pglease.Config
+	}{
+		"zero":           {pglease.Config{}, pglease.Config{Heartbeat: time.Second, Deadline: 5 * time.Second, ServerTimeout: 10 * time.Second}},
+		"server timeout": {pglease.Config{ServerTimeout: 3 * time.Second}, pglease.Config{Heartbeat: 300 * time.Millisecond, Deadline: 1500 * time.Millisecond, ServerTimeout: 3 * time.Second}},
+		"long server timeout": {pglease.Config{ServerTimeout: time.Hour},
+			pglease.Config{Heartbeat: time.Second, Deadline: 5 * time.Second, ServerTimeout: time.Hour}},
+		"deadline":  {pglease.Config{Deadline: 500 * time.Millisecond}, pglease.Config{Heartbeat: 100 * time.Millisecond, Deadline: 500 * time.Millisecond, ServerTimeout: time.Second}},
+		"heartbeat": {pglease.Config{Heartbeat: 200 * time.Millisecond}, pglease.Config{Heartbeat: 200 * time.Millisecond, Deadline: time.Second, ServerTimeout: 2 * time.Second}},
+		"short deadline": {pglease.Config{Deadline: 30 * time.Millisecond},
+			pglease.Config{Heartbeat: pglease.MinHeartbeat, Deadline: 30 * time.Millisecond, ServerTimeout: 60 * time.Millisecond}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := pglease.WithDefaults(tc.cfg)
+			if err != nil {
+				t.Fatalf("WithDefaults(%+v) = %v", tc.cfg, err)
+			}
+			if got.Heartbeat != tc.want.Heartbeat || got.Deadline != tc.want.Deadline || got.ServerTimeout != tc.want.ServerTimeout {
+				t.Errorf("WithDefaults(%+v) = %v, %v, %v, want %v, %v, %v", tc.cfg, got.Heartbeat, got.Deadline, got.ServerTimeout,
+					tc.want.Heartbeat, tc.want.Deadline, tc.want.ServerTimeout)
+			}
+			if got.Sessions != pglease.DefaultSessions {
+				t.Errorf("Sessions = %d, want %d", got.Sessions, pglease.DefaultSessions)
+			}
+		})
+	}
+	unlock(t, lock(t, pglease.Config{ServerTimeout: 3 * time.Second}, newPool(t, server, server.Addr()), "derived"))
 }

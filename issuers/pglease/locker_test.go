@@ -67,7 +67,7 @@ func TestTryLockLeavesNoWaiter(t *testing.T) {
 			}
 			t.Fatalf("TryLock of a held lock = %v (a lease: %t), want an error wrapping lease.ErrHeld and no lease", err, ls != nil)
 		}
-		if want := `pglease: trylock "try-waiter": lease: subject is held: another session holds the lock`; err.Error() != want {
+		if want := `pglease: trylock "try-waiter": lease: subject is held: another lease of this process holds the lock`; err.Error() != want {
 			t.Errorf("TryLock's error = %q, want %q", err, want)
 		}
 	}

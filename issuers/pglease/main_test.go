@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/issuers/pglease/internal/pgtest"
 )
 
@@ -29,6 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	pglease.CloseIdleSessions()
 	if err := server.Close(); err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1

@@ -128,10 +128,10 @@ func (s *session) check(ctx context.Context, c Config, key int64) (id lockID, po
 // set sets the session's settings for c and marks the session, and checks
 // that the server now drops a silent session no sooner than c.Deadline
 // after it last heard from it.
-func (s *session) set(ctx context.Context, c Config) error {
+func (s *session) set(ctx context.Context, c Config, shared bool) error {
 	marker := newMarker()
 	cols := make([]string, 0, len(settings)+2)
-	for i, v := range c.values() {
+	for i, v := range c.values(shared) {
 		cols = append(cols, fmt.Sprintf("pg_catalog.set_config('%s', '%s', false)", settings[i], v))
 	}
 	cols = append(cols, fmt.Sprintf("pg_catalog.set_config('%s', '%s', false)", markName, marker))

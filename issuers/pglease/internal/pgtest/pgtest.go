@@ -34,9 +34,10 @@ const readyTimeout = 30 * time.Second
 // 127.0.0.1 and on a Unix-domain socket in its own temporary folder, with
 // the settings of a test (fsync off).
 type Server struct {
-	dir  string // the temporary folder: data, socket, log
-	port int
-	cred *syscall.Credential // the user the server runs as, nil for this process's
+	dir      string // the temporary folder: data, socket, log
+	port     int
+	cred     *syscall.Credential // the user the server runs as, nil for this process's
+	settings []string            // postgres -c settings beside the tests' own
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -66,7 +67,12 @@ func bin() string {
 // starts a server on it, on a free loopback port. When this process runs as
 // root, which PostgreSQL refuses, the server runs as the user postgres, or
 // nobody if there is none. The caller must Close the server.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartWith() }
+
+// StartWith is Start with server settings beside the tests' own, each
+// "name=value" as postgres -c takes it, such as "max_connections=50"; a
+// setting given here wins over the tests' own.
+func StartWith(settings ...string) (*Server, error) {
 	if err := Check(); err != nil {
 		return nil, err
 	}
@@ -78,6 +84,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.settings = settings
 	dir := s.dir
 	if out, err := s.command("initdb", "-D", s.data(), "-U", "postgres", "-A", "trust",
 		"--locale=C", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
@@ -215,11 +222,15 @@ func (s *Server) Restart() error {
 		return fmt.Errorf("pgtest: %w", err)
 	}
 	defer logf.Close()
-	cmd := s.command("postgres", "-D", s.data(), "-p", strconv.Itoa(s.port), "-k", s.dir,
+	args := []string{"-D", s.data(), "-p", strconv.Itoa(s.port), "-k", s.dir,
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=32MB",
-		"-c", "log_min_messages=fatal", "-c", "log_min_error_statement=panic")
+		"-c", "log_min_messages=fatal", "-c", "log_min_error_statement=panic"}
+	for _, kv := range s.settings {
+		args = append(args, "-c", kv)
+	}
+	cmd := s.command("postgres", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// An immediate shutdown if this process dies first: no server outlives
 	// the tests.
