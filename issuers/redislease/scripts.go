@@ -34,6 +34,12 @@ package redislease
 // the claim with the key (FLUSHALL, a restart without persistence) still
 // frees the key at once.
 //
+// Every branch that writes the key reads it last: on a session's command
+// connection, whose reads are tracked (CLIENT TRACKING ... NOLOOP), the
+// script's own write ends the key's tracking without a push, and that
+// read begins it again in the same atomic step, so no change of the key
+// after the script goes unpushed.
+//
 // TIME, GET and INCR run before the first write, and call names a command
 // the user's ACL refuses: a user without TIME or GET is refused before any
 // write, and one without SET or PEXPIRE after INCR counted a token that no
@@ -63,6 +69,7 @@ if v then
   if mine then
     call('PEXPIRE', KEYS[1], ARGV[2])
     call('SET', KEYS[3], v, 'PX', ARGV[2])
+    call('GET', KEYS[1])
     return {1, tonumber(string.sub(v, p + 1))}
   end
   return {0, call('PTTL', KEYS[1])}
@@ -80,6 +87,7 @@ end
 v = ARGV[1] .. ':' .. string.format('%d', t)
 call('SET', KEYS[1], v, 'PX', ARGV[2])
 call('SET', KEYS[3], v, 'PX', ARGV[2])
+call('GET', KEYS[1])
 return {1, t}
 `
 
@@ -115,4 +123,42 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
   n = n + redis.call('DEL', KEYS[2])
 end
 return n
+`
+
+// renewManyScript renews the keys of many leases of one session in one
+// call, as renewScript does each: for each lease it returns 1, or 0 if the
+// key is gone, or the value the key holds. A renewed key is read last,
+// so that the session's tracking of it, which the script's own write
+// ended without a push (NOLOOP), begins again in the same atomic step.
+//
+// KEYS[2i-1] a lease's key, KEYS[2i] its claim; ARGV[2i-1] the lease's
+// value, ARGV[2i] its TTL in milliseconds.
+const renewManyScript = `
+local r = {}
+for i = 1, #KEYS, 2 do
+  local v = redis.call('GET', KEYS[i])
+  if v == ARGV[i] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[i + 1])
+    redis.call('SET', KEYS[i + 1], v, 'PX', ARGV[i + 1])
+    redis.call('GET', KEYS[i])
+    r[#r + 1] = 1
+  elseif v then
+    r[#r + 1] = v
+  else
+    r[#r + 1] = 0
+  end
+end
+return r
+`
+
+// checkScript reads many keys and their expiries in one call, which also
+// tracks each of them again on the session's command connection: for each
+// key, its value (0 if it is gone) and its PTTL.
+const checkScript = `
+local r = {}
+for i = 1, #KEYS do
+  r[#r + 1] = redis.call('GET', KEYS[i]) or 0
+  r[#r + 1] = redis.call('PTTL', KEYS[i])
+end
+return r
 `
