@@ -126,21 +126,38 @@ return n
 `
 
 // renewManyScript renews the keys of many leases of one session in one
-// call, as renewScript does each: for each lease it returns 1, or 0 if the
-// key is gone, or the value the key holds. A renewed key is read last,
-// so that the session's tracking of it, which the script's own write
-// ended without a push (NOLOOP), begins again in the same atomic step.
+// call: for each lease it returns 1, or 0 if the key is gone, or the value
+// the key holds. Each renewal is three calls, as many as redsync's
+// extension: PEXPIRE with GT, which never gives an expiry to a key
+// without one (an operator's SET) and never shortens one; the read of the
+// key, which compares its value and, on the session's command connection,
+// tracks the key again, since the script's own write ended its tracking
+// without a push (NOLOOP); and, if the key is this lease's, the claim.
+// PEXPIRE comes before the comparison so that one read does both: where
+// the key is another lease's (this one was lost an instant before, by its
+// deadline or a push), its expiry may be lengthened to this lease's TTL,
+// never shortened, which keeps that holder safe. Redis before 7.0 has no
+// GT: there the script reads the key first and writes only its own.
 //
 // KEYS[2i-1] a lease's key, KEYS[2i] its claim; ARGV[2i-1] the lease's
 // value, ARGV[2i] its TTL in milliseconds.
 const renewManyScript = `
+local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 local r = {}
 for i = 1, #KEYS, 2 do
-  local v = redis.call('GET', KEYS[i])
+  local v
+  if gt then
+    redis.call('PEXPIRE', KEYS[i], ARGV[i + 1], 'GT')
+    v = redis.call('GET', KEYS[i])
+  else
+    v = redis.call('GET', KEYS[i])
+    if v == ARGV[i] then
+      redis.call('PEXPIRE', KEYS[i], ARGV[i + 1])
+      redis.call('GET', KEYS[i])
+    end
+  end
   if v == ARGV[i] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[i + 1])
     redis.call('SET', KEYS[i + 1], v, 'PX', ARGV[i + 1])
-    redis.call('GET', KEYS[i])
     r[#r + 1] = 1
   elseif v then
     r[#r + 1] = v

@@ -59,7 +59,7 @@ type session struct {
 	renewC   chan struct{} // wakes the renewer
 	done     chan struct{}
 	workers  sync.WaitGroup
-	renewing time.Time // the send time of the batch in flight, zero if none
+	due      time.Time // when the renewer wakes next, zero while it renews or idles
 }
 
 // generation is one pair of a session's connections, dialed together and
@@ -130,11 +130,14 @@ func join(rdb *redis.Client, ep *endpoint, bound time.Duration) *session {
 func (s *session) leave() {
 	s.mu.Lock()
 	s.refs--
-	if s.refs == 0 {
+	idle := s.refs == 0
+	if idle {
 		s.idle = time.Now()
 	}
 	s.mu.Unlock()
-	poke(s.renewC)
+	if idle {
+		poke(s.renewC) // to look, every idlePoll, whether its client was closed
+	}
 }
 
 // closeIfIdle closes the session if nothing uses it and its client was
@@ -338,8 +341,14 @@ func (s *session) hold(l *Lease) {
 	s.mu.Lock()
 	s.leases[l] = struct{}{}
 	s.holders[l.key] = l
+	sooner := s.due.IsZero() || l.next.Before(s.due)
 	s.mu.Unlock()
-	poke(s.renewC)
+	if sooner {
+		// Only a lease due before the renewer's wake moves it: a
+		// thousand Locks must not make it look at every lease a
+		// thousand times.
+		poke(s.renewC)
+	}
 }
 
 // forget removes l from the session, once, and gives back its reference.
@@ -371,6 +380,7 @@ func (s *session) renewer() {
 				due = l.next
 			}
 		}
+		s.due = due
 		s.mu.Unlock()
 		wait := time.Until(due)
 		if n == 0 {
@@ -391,6 +401,9 @@ func (s *session) renewer() {
 			case <-t.C:
 			}
 		}
+		s.mu.Lock()
+		s.due = time.Time{}
+		s.mu.Unlock()
 		if n == 0 {
 			continue
 		}
