@@ -45,21 +45,21 @@ type session struct {
 
 	dialMu sync.Mutex // one dial at a time
 
-	mu       sync.Mutex
-	g        *generation // the live connections, nil when none
-	refs     int         // Locks in flight and leases held
-	idle     time.Time   // when refs last fell to 0
-	leases   map[*Lease]struct{}
-	holders  map[string]*Lease
-	waiters  map[string]map[chan struct{}]struct{}
-	pushed   map[string]struct{} // keys pushed, not yet read
-	all      bool                // read every lease's key: a flush, a reconnection
-	closed   bool
-	checkC   chan struct{} // wakes the checker
-	renewC   chan struct{} // wakes the renewer
-	done     chan struct{}
-	workers  sync.WaitGroup
-	due      time.Time // when the renewer wakes next, zero while it renews or idles
+	mu      sync.Mutex
+	g       *generation // the live connections, nil when none
+	refs    int         // Locks in flight and leases held
+	idle    time.Time   // when refs last fell to 0
+	leases  map[*Lease]struct{}
+	holders map[string]*Lease
+	waiters map[string]map[chan struct{}]struct{}
+	pushed  map[string]struct{} // keys pushed, not yet read
+	all     bool                // read every lease's key: a flush, a reconnection
+	closed  bool
+	checkC  chan struct{} // wakes the checker
+	renewC  chan struct{} // wakes the renewer
+	done    chan struct{}
+	workers sync.WaitGroup
+	due     time.Time // when the renewer wakes next, zero while it renews or idles
 }
 
 // generation is one pair of a session's connections, dialed together and
