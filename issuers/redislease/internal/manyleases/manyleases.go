@@ -45,6 +45,11 @@ type Result struct {
 	HeapPerKey  float64       // the process's live heap while holding, less before, per lease (bytes)
 	FalseLosses int           // leases lost while holding, with no fault
 	FirstLoss   string        // the cause of one of them
+	// After the hold, an operator's DEL of one key (redislease only):
+	// from the DEL's return to the loss of that lease, and the other
+	// leases lost in the second after it.
+	DelLoss   time.Duration
+	DelOthers int
 	Hold        time.Duration
 }
 
@@ -115,6 +120,9 @@ func Lease(ctx context.Context, c Config) (Result, error) {
 		}
 		return lost
 	})
+	if err == nil {
+		r.DelLoss, r.DelOthers, err = delOne(ctx, c, ls)
+	}
 	c.each(c.N, func(i int) error {
 		if ls[i] != nil {
 			ls[i].Unlock(context.Background())
@@ -122,6 +130,43 @@ func Lease(ctx context.Context, c Config) (Result, error) {
 		return nil
 	})
 	return r, err
+}
+
+// delOne deletes the key of ls[len(ls)/2] as an operator would, and
+// returns how long after the DEL returned its lease was lost, and how many
+// other leases were lost in the second after.
+func delOne(ctx context.Context, c Config, ls []*redislease.Lease) (time.Duration, int, error) {
+	admin := redis.NewClient(&redis.Options{Addr: c.Addr, PoolSize: 1})
+	defer admin.Close()
+	before := 0
+	for _, l := range ls {
+		if l.Signal().Err() != nil {
+			before++
+		}
+	}
+	i := len(ls) / 2
+	if err := admin.Del(ctx, c.key(i)).Err(); err != nil {
+		return 0, 0, err
+	}
+	deleted := time.Now()
+	var took time.Duration
+	select {
+	case <-ls[i].Signal().Done():
+		took = time.Since(deleted)
+	case <-time.After(10 * time.Second):
+		return 0, 0, fmt.Errorf("the lease of the deleted key %s was not lost within 10 s", c.key(i))
+	}
+	if !errors.Is(ls[i].Signal().Err(), redislease.ErrDeleted) {
+		return took, 0, fmt.Errorf("the lease of the deleted key was lost with %v, want ErrDeleted", ls[i].Signal().Err())
+	}
+	time.Sleep(time.Second)
+	after := 0
+	for _, l := range ls {
+		if l.Signal().Err() != nil {
+			after++
+		}
+	}
+	return took, after - before - 1, nil
 }
 
 // Redsync holds c.N of redsync's Mutex, each extended every third of its

@@ -40,7 +40,7 @@ func main() {
 	}
 	defer srv.Kill()
 	ctx := context.Background()
-	var rows []string
+	var rows, dels []string
 	for run, f := range strings.Split(*counts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil {
@@ -57,6 +57,8 @@ func main() {
 		if r.FirstLoss != "" {
 			log.Printf("bench-many: a false loss: %s", r.FirstLoss)
 		}
+		dels = append(dels, fmt.Sprintf("%d leases: the deleted key's lease lost %s after the DEL returned, %d others lost in the second after", n, r.DelLoss.Round(10*time.Microsecond), r.DelOthers))
+		log.Print(dels[len(dels)-1])
 		if *peer {
 			c.Prefix = fmt.Sprintf("many-redsync-%d-", run)
 			log.Printf("bench-many: %d of redsync's Mutex, held %v", n, *hold)
@@ -73,5 +75,11 @@ func main() {
 	fmt.Println(manyleases.Header)
 	for _, r := range rows {
 		fmt.Println(r)
+	}
+	fmt.Println()
+	fmt.Println("An operator's DEL of one key after the hold:")
+	fmt.Println()
+	for _, d := range dels {
+		fmt.Println("- " + d)
 	}
 }
