@@ -74,7 +74,14 @@ type Lease struct {
 // Cluster, the node of the key's slot: it dials connections of its own,
 // with rdb's dialer, credentials and database, which no caller can use,
 // close or kill without the lease noticing. Closing rdb later does not end
-// the lease.
+// the lease. The leases of one *redis.Client (not a Sentinel client) share
+// one session: two connections to its server and four goroutines, dialed
+// by its first Lock and closed a minute after its last lease ends, or as
+// soon as rdb is closed and no lease is held; a Lock on a session that is
+// up sends one write and dials nothing. A Sentinel or Cluster client's
+// lease dials two connections of its own. The README's "Many leases, one
+// session" says what a failure of a session's connection does to its
+// leases.
 //
 // ctx bounds the wait only; a Lock it cuts leaves no goroutine and no key
 // behind. A mistake fails the first attempt and returns at once: a wrong

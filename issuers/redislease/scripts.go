@@ -127,55 +127,73 @@ return n
 
 // renewManyScript renews the keys of many leases of one session in one
 // call: for each lease it returns 1, or 0 if the key is gone, or the value
-// the key holds. Each renewal is three calls, as many as redsync's
-// extension: PEXPIRE with GT, which never gives an expiry to a key
-// without one (an operator's SET) and never shortens one; the read of the
-// key, which compares its value and, on the session's command connection,
-// tracks the key again, since the script's own write ended its tracking
-// without a push (NOLOOP); and, if the key is this lease's, the claim.
-// PEXPIRE comes before the comparison so that one read does both: where
-// the key is another lease's (this one was lost an instant before, by its
-// deadline or a push), its expiry may be lengthened to this lease's TTL,
-// never shortened, which keeps that holder safe. Redis before 7.0 has no
-// GT: there the script reads the key first and writes only its own.
+// the key holds.
 //
-// KEYS[2i-1] a lease's key, KEYS[2i] its claim; ARGV[2i-1] the lease's
-// value, ARGV[2i] its TTL in milliseconds.
+// Redis (7.0) tracks, for each read command a script runs, every key the
+// script declares, not the key the command reads: so the script declares
+// only the leases' keys, and reads them all with one MGET, which tracks
+// them again (the script's own writes ended their tracking without a push,
+// NOLOOP), in the same atomic step; a read a lease would cost every
+// declared key each. A renewal is then two calls a lease, and one MGET a
+// call: PEXPIRE with GT, which never gives an expiry to a key without one
+// (an operator's SET) and never shortens one, before the comparison, and
+// the claim's SET if the key is the lease's. Where the key is another
+// lease's (this one was lost an instant before, by its deadline or a
+// push), its expiry may be lengthened to this lease's TTL, never
+// shortened, which keeps that holder safe. Redis before 7.0 has no GT:
+// there the script reads the keys first and writes only its own.
+//
+// KEYS the leases' keys; ARGV[3i-2] the i-th lease's claim, ARGV[3i-1] its
+// value, ARGV[3i] its TTL in milliseconds.
 const renewManyScript = `
 local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+if gt then
+  for i = 1, #KEYS do
+    redis.call('PEXPIRE', KEYS[i], ARGV[3 * i], 'GT')
+  end
+end
+local vs = redis.call('MGET', unpack(KEYS))
 local r = {}
-for i = 1, #KEYS, 2 do
-  local v
-  if gt then
-    redis.call('PEXPIRE', KEYS[i], ARGV[i + 1], 'GT')
-    v = redis.call('GET', KEYS[i])
-  else
-    v = redis.call('GET', KEYS[i])
-    if v == ARGV[i] then
-      redis.call('PEXPIRE', KEYS[i], ARGV[i + 1])
-      redis.call('GET', KEYS[i])
+for i = 1, #KEYS do
+  local v = vs[i]
+  if v == ARGV[3 * i - 1] then
+    if not gt then
+      redis.call('PEXPIRE', KEYS[i], ARGV[3 * i])
     end
-  end
-  if v == ARGV[i] then
-    redis.call('SET', KEYS[i + 1], v, 'PX', ARGV[i + 1])
-    r[#r + 1] = 1
+    redis.call('SET', ARGV[3 * i - 2], v, 'PX', ARGV[3 * i])
+    r[i] = 1
   elseif v then
-    r[#r + 1] = v
+    r[i] = v
   else
-    r[#r + 1] = 0
+    r[i] = 0
   end
+end
+if not gt then
+  redis.call('MGET', unpack(KEYS))
 end
 return r
 `
 
-// checkScript reads many keys and their expiries in one call, which also
-// tracks each of them again on the session's command connection: for each
-// key, its value (0 if it is gone) and its PTTL.
-const checkScript = `
-local r = {}
+// trackScript reads many keys with one MGET, which tracks every one of
+// them on the session's command connection (see renewManyScript), and
+// returns their values, 0 for a key that is gone. expiryScript returns the
+// PTTL of each key it is given, as arguments: declared, each PTTL would
+// track every declared key again. A check sends trackScript, then
+// expiryScript, in one write: tracked first, so that a change after the
+// read is pushed.
+const (
+	trackScript = `
+local vs = redis.call('MGET', unpack(KEYS))
 for i = 1, #KEYS do
-  r[#r + 1] = redis.call('GET', KEYS[i]) or 0
-  r[#r + 1] = redis.call('PTTL', KEYS[i])
+  if not vs[i] then vs[i] = 0 end
+end
+return vs
+`
+	expiryScript = `
+local r = {}
+for i = 1, #ARGV do
+  r[i] = redis.call('PTTL', ARGV[i])
 end
 return r
 `
+)

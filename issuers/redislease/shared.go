@@ -33,7 +33,7 @@ import (
 // The renewer renews every lease due within half its RenewPeriod in one
 // pipeline of renewManyScript calls (renewChunk leases each) followed by one
 // WAIT; each lease's deadline counts from the send time of the batch that
-// renewed it. The checker reads the keys Redis pushed (checkScript) and
+// renewed it. The checker reads the keys Redis pushed (trackScript, expiryScript) and
 // loses each lease whose key is no longer its own; when a connection
 // fails, it dials both again, reads every lease's key and wakes every
 // waiting Lock. The loss of a connection is not a loss of its leases: only
@@ -72,7 +72,7 @@ type generation struct {
 }
 
 // renewChunk is how many leases one renewManyScript call renews, and
-// checkChunk how many keys one checkScript call reads: a script blocks
+// checkChunk how many keys one trackScript call reads: a script blocks
 // the server while it runs, and a thousand keys take about a millisecond.
 const (
 	renewChunk = 1000
@@ -115,10 +115,14 @@ func join(rdb *redis.Client, ep *endpoint, bound time.Duration) *session {
 			renewC:  make(chan struct{}, 1),
 			done:    make(chan struct{}),
 		}
+		// The reference is taken before the renewer starts: it closes a
+		// session it finds without one.
+		s.refs = 1
 		sessions.m[rdb] = s
 		s.workers.Add(2)
 		go s.renewer()
 		go s.checker()
+		return s
 	}
 	s.mu.Lock()
 	s.refs++
@@ -463,12 +467,12 @@ func (s *session) renew() bool {
 	for i := 0; i < len(batch); i += renewChunk {
 		part := batch[i:min(i+renewChunk, len(batch))]
 		cmd := make([]any, 0, 3+4*len(part))
-		cmd = append(cmd, "EVAL", renewManyScript, strconv.Itoa(2*len(part)))
+		cmd = append(cmd, "EVAL", renewManyScript, strconv.Itoa(len(part)))
 		for _, l := range part {
-			cmd = append(cmd, l.key, l.ckey)
+			cmd = append(cmd, l.key)
 		}
 		for _, l := range part {
-			cmd = append(cmd, l.value, strconv.FormatInt(l.cfg.TTL.Milliseconds(), 10))
+			cmd = append(cmd, l.ckey, l.value, strconv.FormatInt(l.cfg.TTL.Milliseconds(), 10))
 		}
 		cmds = append(cmds, cmd)
 	}
@@ -674,12 +678,15 @@ func (s *session) check() {
 	var cmds [][]any
 	for i := 0; i < len(ls); i += checkChunk {
 		part := ls[i:min(i+checkChunk, len(ls))]
-		cmd := make([]any, 0, 3+len(part))
-		cmd = append(cmd, "EVAL", checkScript, strconv.Itoa(len(part)))
+		track := make([]any, 0, 3+len(part))
+		track = append(track, "EVAL", trackScript, strconv.Itoa(len(part)))
+		expiry := make([]any, 0, 3+len(part))
+		expiry = append(expiry, "EVAL", expiryScript, "0")
 		for _, l := range part {
-			cmd = append(cmd, l.key)
+			track = append(track, l.key)
+			expiry = append(expiry, l.key)
 		}
-		cmds = append(cmds, cmd)
+		cmds = append(cmds, track, expiry)
 	}
 	applied := make([]time.Time, len(ls))
 	latest := time.Now().Add(s.bound)
@@ -695,17 +702,18 @@ func (s *session) check() {
 		s.drop(g)
 		return
 	}
-	for c, r := range rs {
+	for c := 0; 2*c < len(rs); c++ {
 		part := ls[c*checkChunk : min((c+1)*checkChunk, len(ls))]
-		res, _ := r.v.([]any)
-		if r.err != nil || len(res) != 2*len(part) {
+		vs, _ := rs[2*c].v.([]any)
+		ttls, _ := rs[2*c+1].v.([]any)
+		if rs[2*c].err != nil || rs[2*c+1].err != nil || len(vs) != len(part) || len(ttls) != len(part) {
 			// Read again on a new connection: the deadline covers the
 			// time the keys go unread.
 			s.drop(g)
 			return
 		}
 		for i, l := range part {
-			l.checked(res[2*i], res[2*i+1], what, all, sent, answered, applied[c*checkChunk+i])
+			l.checked(vs[i], ttls[i], what, all, sent, answered, applied[c*checkChunk+i])
 		}
 	}
 }

@@ -50,7 +50,7 @@ type Result struct {
 	// leases lost in the second after it.
 	DelLoss   time.Duration
 	DelOthers int
-	Hold        time.Duration
+	Hold      time.Duration
 }
 
 // Row formats r as a row of the README's table.
