@@ -1,6 +1,7 @@
 package redislease_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -45,5 +46,34 @@ func TestManyLeases(t *testing.T) {
 	}
 	if r.DelOthers != 0 {
 		t.Errorf("the DEL of one key lost %d other leases, want none", r.DelOthers)
+	}
+}
+
+// TestLockCycleDialsNothing: once a client's session is up, Lock and
+// Unlock open no connection, from one goroutine and from 32 at once on
+// distinct keys.
+func TestLockCycleDialsNothing(t *testing.T) {
+	rdb := client(t, shared.Addr())
+	op := client(t, shared.Addr())
+	mustLock(t, short, rdb, keyName(t)).Unlock(t.Context()) // the session dials
+	before := totalConnections(t, op)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 20 {
+				l, err := short.Lock(t.Context(), rdb, keyName(t))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := l.Unlock(t.Context()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if after := totalConnections(t, op); after != before {
+		t.Errorf("640 Lock→Unlock cycles opened %d connections, want none", after-before)
 	}
 }
