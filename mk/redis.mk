@@ -12,10 +12,15 @@ REDIS_EXAMPLE  := issuers/redislease
 REDIS_SERVER   ?= /usr/bin/redis-server
 REDIS_SENTINEL ?= /usr/bin/redis-sentinel
 
-.PHONY: redis-deps e2e-redis faults-redis demo-redis lint-redis fuzz-redis
+.PHONY: redis-deps e2e-redis faults-redis demo-redis lint-redis fuzz-redis bench-many-redis
 
 E2E_STEPS    += e2e-redis
 FAULTS_STEPS += faults-redis
+BENCH_MANY_STEPS += bench-many-redis
+
+# REDIS_MANY_FLAGS sets bench-many-redis's counts, hold and TTL, such as
+# -n 1000 -hold 10s for a short run.
+REDIS_MANY_FLAGS ?= -n 1000,10000,20000,100000 -hold 60s
 
 # REDIS_FAULT_TRIALS is how many times faults-redis runs each fault.
 REDIS_FAULT_TRIALS ?= 30
@@ -63,6 +68,17 @@ faults-redis: redis-deps
 ## Sentinel failover; prints the timeline.
 demo-redis: redis-deps
 	cd $(REDIS_EXAMPLE) && $(REDIS_ENV) $(GO) run ./demo
+
+## bench-many-redis: hold 1,000, 10,000, 20,000 and 100,000 leases of one
+## process on one redis-server (its default maxclients) for 60 s each, then
+## as many of redsync's Mutex extended every third of their expiry, on the
+## same server in the same run; prints the time to grant all, the server's
+## connections and commands a second while holding, the goroutines and heap
+## a lease, the false losses, and the loss of one lease whose key an
+## operator deletes. About 12 minutes on 2 cores. REDIS_MANY_FLAGS changes
+## the counts and the hold.
+bench-many-redis: redis-deps
+	cd $(REDIS_EXAMPLE) && $(REDIS_ENV) $(GO) run ./internal/redistest/cmd/bench-many $(REDIS_MANY_FLAGS)
 
 lint: lint-redis
 fuzz: fuzz-redis

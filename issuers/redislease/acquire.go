@@ -444,3 +444,172 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// acquireShared is acquire on a session: the grant script, and WAIT where
+// the server has replicas, in one write on the session's command
+// connection, which dials nothing once the session is up. The script reads
+// the key and its claim, which tracks them (the session's connection
+// tracks every key it reads), so a release or a deletion wakes a waiting
+// Lock at once, as does a release by a lease of the same session, which
+// Redis does not push to it (NOLOOP). The grant's lc and fc are nil.
+func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, id string, try bool) (g grant, err error) {
+	woken, unwait := s.wait(key, ckey)
+	defer unwait()
+	first := true // a failure of the first attempt is a mistake
+	sent := false // a grant script was sent: the key may be this lease's
+	pause := retryPause / 10
+	var last error
+	fail := func(e error) error {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			<-ctx.Done()
+		}
+		err := e
+		if ctx.Err() != nil {
+			cause := last
+			if isServerError(e) {
+				cause = e
+			}
+			err = ctx.Err()
+			if cause != nil {
+				err = fmt.Errorf("%w (the last attempt: %w)", ctx.Err(), cause)
+			}
+		}
+		if sent {
+			s.giveUp(c, key, ckey, id)
+		}
+		return err
+	}
+	backoff := func() {
+		sleep(ctx, pause)
+		pause = min(2*pause, retryPause)
+	}
+	for {
+		if ctx.Err() != nil {
+			return g, fail(ctx.Err())
+		}
+		gen, dialed, e := s.current(ctx)
+		if e != nil {
+			if first && dialed && !transient(e) || permanent(e) || ctx.Err() != nil {
+				return g, fail(e)
+			}
+			first = false
+			last = e
+			backoff()
+			continue
+		}
+		need := c.Replicas
+		if need == 0 {
+			if gen.roleErr != nil {
+				return g, fail(gen.roleErr)
+			}
+			need = gen.replicas
+		}
+		cmds := [][]any{{"EVAL", grantScript, "3", key, tkey, ckey, id, strconv.FormatInt(c.TTL.Milliseconds(), 10)}}
+		if need > 0 {
+			cmds = append(cmds, []any{"WAIT", strconv.Itoa(need), strconv.FormatInt(max(1, (c.TTL/4).Milliseconds()), 10)})
+		}
+		// An attempt is bounded, as in acquire.
+		actx, cancel := context.WithTimeout(ctx, c.TTL)
+		earlier := sent
+		at := time.Now() // before the send: never later than Redis runs it
+		sent = true
+		rs, e := gen.cmd.pipeShared(actx, s.bound, cmds...)
+		timedOut := actx.Err() != nil
+		cancel()
+		if e == nil && rs[0].err != nil {
+			e = fmt.Errorf("the grant script: %w", rs[0].err)
+			if code(rs[0].err) == "NOPERM" && strings.Contains(rs[0].err.Error(), "key") {
+				e = fmt.Errorf("the grant script, which writes the key %q, its token counter %q and its claim %q (an ACL must allow all three): %w", key, tkey, ckey, rs[0].err)
+				// Name the claim where the ACL refuses it: a mistake's
+				// path, so the read costs a Lock that works nothing.
+				if cr, ce := gen.cmd.pipeShared(ctx, s.bound, []any{"GET", ckey}); ce == nil && code(cr[0].err) == "NOPERM" {
+					e = fmt.Errorf("the read of the key's claim %q, which the lease writes beside the key %q and its token counter %q (an ACL must allow all three): %w", ckey, key, tkey, rs[0].err)
+				}
+			}
+		}
+		if e == nil && need > 0 && rs[1].err != nil {
+			e = fmt.Errorf("WAIT: %w", rs[1].err)
+		}
+		if ctx.Err() != nil {
+			return g, fail(ctx.Err())
+		}
+		if e != nil {
+			if first && !transient(e) && isServerError(e) || permanent(e) {
+				return g, fail(e)
+			}
+			if !isServerError(e) || readOnly(e) || timedOut {
+				// The connection failed, timed out, or the server is a
+				// replica now: the session dials again.
+				s.drop(gen)
+			}
+			first = false
+			last = e
+			backoff()
+			continue
+		}
+		first = false
+		res, _ := rs[0].v.([]any)
+		if len(res) != 2 {
+			return g, fail(fmt.Errorf("the grant script answered %v", rs[0].v))
+		}
+		ok, _ := res[0].(int64)
+		n, _ := res[1].(int64)
+		if ok == 1 {
+			if need > 0 {
+				if acked, _ := rs[1].v.(int64); acked < int64(need) {
+					last = fmt.Errorf("the key was taken on %s, but WAIT counted %d of the %d replicas it needs", gen.cmd.addr(), acked, need)
+					if c.Replicas == 0 {
+						// A replica may be gone: learn ROLE again.
+						s.drop(gen)
+					}
+					backoff()
+					continue
+				}
+			}
+			return grant{token: n, sent: at, need: need}, nil
+		}
+		pause = retryPause / 10
+		last = fmt.Errorf("the key is held by another lease, its expiry %d ms away", n)
+		if try {
+			sent = earlier
+			return g, fail(fmt.Errorf("%w: %w", lease.ErrHeld, last))
+		}
+		wait := c.RetryPeriod
+		if n > 0 {
+			wait = min(wait, time.Duration(n)*time.Millisecond+time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return g, fail(ctx.Err())
+		case <-t.C:
+		case <-woken:
+			t.Stop()
+		}
+	}
+}
+
+// giveUp deletes key and its claim ckey on the session if a grant script
+// whose answer did not come, or came too late, gave them to the lease id.
+func (s *session) giveUp(c Config, key, ckey, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(giveUpTimeout, c.TTL))
+	defer cancel()
+	g, _, err := s.current(ctx)
+	if err != nil {
+		return // the key expires
+	}
+	script := `
+local n = 0
+for _, k in ipairs(KEYS) do
+  local v = redis.call('GET', k)
+  if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
+    n = n + redis.call('DEL', k)
+  end
+end
+return n
+`
+	g.cmd.pipeShared(ctx, s.bound, []any{"EVAL", script, "2", key, ckey, id}) //nolint:errcheck // the keys expire if this fails
+	s.wake(key)
+	s.wake(ckey)
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,6 +37,13 @@ type Lease struct {
 	// the grant's, then that of each renewal that found the key (a Cluster
 	// slot's new primary after a migration or a failover).
 	server atomic.Pointer[string]
+
+	// sess is the session the lease shares with the other leases of its
+	// client (a *redis.Client, not Sentinel's), nil for a lease with
+	// connections of its own; next is when its session renews it next,
+	// guarded by the session's mutex.
+	sess *session
+	next time.Time
 
 	stop     context.CancelFunc // stops renewing and following
 	workers  sync.WaitGroup     // the renewer and the follower
@@ -66,7 +74,14 @@ type Lease struct {
 // Cluster, the node of the key's slot: it dials connections of its own,
 // with rdb's dialer, credentials and database, which no caller can use,
 // close or kill without the lease noticing. Closing rdb later does not end
-// the lease.
+// the lease. The leases of one *redis.Client (not a Sentinel client) share
+// one session: two connections to its server and four goroutines, dialed
+// by its first Lock and closed a minute after its last lease ends, or as
+// soon as rdb is closed and no lease is held; a Lock on a session that is
+// up sends one write and dials nothing. A Sentinel or Cluster client's
+// lease dials two connections of its own. The README's "Many leases, one
+// session" says what a failure of a session's connection does to its
+// leases.
 //
 // ctx bounds the wait only; a Lock it cuts leaves no goroutine and no key
 // behind. A mistake fails the first attempt and returns at once: a wrong
@@ -112,6 +127,9 @@ func (c Config) lock(ctx context.Context, rdb redis.UniversalClient, key string,
 	var b [16]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
+	if cl, ok := rdb.(*redis.Client); ok && !ep.sentinel {
+		return c.lockShared(ctx, cl, ep, call, key, tkey, ckey, id, try)
+	}
 	g, err := c.acquire(ctx, ep, key, tkey, ckey, id, try)
 	if err != nil {
 		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
@@ -183,6 +201,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("redislease: Unlock called with a nil context")
 	}
 	l.once.Do(func() {
+		if l.sess != nil {
+			l.unlockShared(ctx)
+			return
+		}
 		l.ctrl.End()
 		l.stop()
 		l.workers.Wait()
@@ -243,7 +265,64 @@ func (l *Lease) setServer(addr string) { l.server.Store(&addr) }
 func (l *Lease) lose(cause error) {
 	l.ctrl.Lose(cause)
 	l.deadline.stop()
+	if l.sess != nil {
+		l.sess.forget(l)
+		return
+	}
 	l.stop()
+}
+
+// lockShared is lock on the session of rdb, a *redis.Client that is not
+// a Sentinel client.
+func (c Config) lockShared(ctx context.Context, rdb *redis.Client, ep *endpoint, call, key, tkey, ckey, id string, try bool) (*Lease, error) {
+	s := join(rdb, ep, c.TTL)
+	g, err := c.acquireShared(ctx, s, key, tkey, ckey, id, try)
+	if err != nil {
+		s.leave()
+		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
+	}
+	l := &Lease{
+		ctrl:  controller.New(key),
+		ep:    ep,
+		key:   key,
+		ckey:  ckey,
+		value: id + ":" + strconv.FormatInt(g.token, 10),
+		token: g.token,
+		cfg:   c,
+		need:  g.need,
+		sess:  s,
+		next:  g.sent.Add(c.RenewPeriod),
+	}
+	l.deadline.start(c, g.sent, l.lose)
+	s.hold(l)
+	return l, nil
+}
+
+// unlockShared is Unlock of a lease on a session: the release runs on the
+// session's command connection.
+func (l *Lease) unlockShared(ctx context.Context) {
+	s := join(l.sess.rdb, l.ep, l.cfg.TTL) // kept open for the release
+	defer s.leave()
+	l.ctrl.End()
+	l.deadline.stop()
+	l.sess.forget(l)
+	g, _, err := s.current(ctx)
+	if err == nil {
+		var rs []reply
+		rs, err = g.cmd.pipeShared(ctx, s.bound, []any{"EVAL", unlockScript, "2", l.key, l.ckey, l.value})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.drop(g)
+		case err == nil:
+			err = rs[0].err
+		}
+	}
+	// The release pushes nothing to this session's own Locks (NOLOOP).
+	s.wake(l.key)
+	s.wake(l.ckey)
+	if err != nil {
+		l.err = fmt.Errorf("redislease: unlock %q: %w", l.key, err)
+	}
 }
 
 // closed reports whether rdb was closed: a closed go-redis client answers

@@ -14,8 +14,9 @@ import (
 // and the Subject of the [github.com/zukhruf/lease/lost.Error] that tells
 // its holder of a loss.
 //
-// A Locker is a thin view of [Config.Lock]: each lease dials connections of
-// its own, as Config.Lock's do, and a Locker keeps nothing between calls.
+// A Locker is a thin view of [Config.Lock]: its leases share their
+// client's session, as Config.Lock's do, and a Locker keeps nothing
+// between calls.
 // The zero Locker has no client: its Lock and TryLock return an error.
 // A Locker is safe for use by many goroutines at once.
 type Locker struct {

@@ -24,7 +24,10 @@ import (
 // their grant: none leaves a goroutine or a key behind.
 func TestCutLockLeavesNothing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	rdb := client(t, shared.Addr())
+	// Closed before the check: the session a client's leases share lives
+	// while the client is open.
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr()})
+	defer rdb.Close()
 	t.Run("waiting", func(t *testing.T) {
 		key := keyName(t)
 		a := mustLock(t, short, rdb, key)
@@ -418,9 +421,11 @@ func totalConnections(t *testing.T, admin *redis.Client) int {
 	return 0
 }
 
-// TestConnectionLimit: a lease holds two connections of its own. At the
-// server's maxclients, Lock fails at once naming the limit, and Unlock
-// deletes the key on the lease's own connection, opening none.
+// TestConnectionLimit: the leases of one client share two connections of
+// its session. At the server's maxclients, a second lease of the same
+// client is granted on them, a Lock of another client fails at once naming
+// the limit, and Unlock deletes the key on the session's connection,
+// opening none.
 //
 // Redis writes its refusal when it accepts the connection, before HELLO is
 // sent: a lease's connection must not begin to read before it has sent
@@ -448,12 +453,18 @@ func TestConnectionLimit(t *testing.T) {
 		},
 	}))
 	key := keyName(t)
-	l := mustLock(t, short, admin, key) // the server's three connections: admin's and the lease's two
+	l := mustLock(t, short, admin, key) // the server's three connections: admin's and the session's two
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
+	// The leases of one client share its session's connections.
+	l2 := mustLock(t, short, admin, keyName(t))
+	if err := l2.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of a second lease at maxclients = %v, want nil", err)
+	}
+	other := own(t, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
 	start := time.Now()
-	if l2, err := short.Lock(ctx, admin, keyName(t)); err == nil {
-		l2.Unlock(context.Background())
+	if l3, err := short.Lock(ctx, other, keyName(t)); err == nil {
+		l3.Unlock(context.Background())
 		t.Error("Lock over maxclients = nil error")
 	} else if !strings.Contains(err.Error(), "maxclients") {
 		t.Errorf("Lock over maxclients = %v, want an error naming maxclients", err)

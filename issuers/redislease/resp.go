@@ -38,6 +38,10 @@ type conn struct {
 	reading bool  // whether the reader has started
 	reader  sync.WaitGroup
 	hello   map[string]any // the server's answer to HELLO
+	// onPush, if set, takes every invalidation push in place of pushes:
+	// a session's tracking connection, whose pushes name the keys of
+	// many leases, none of which may be dropped.
+	onPush func([]any)
 }
 
 // reply is one reply: a value, or an error (a *serverError for an error
@@ -100,7 +104,7 @@ func dialConn(ctx context.Context, dial func(context.Context) (net.Conn, error),
 		case errors.As(err, &se) && strings.Contains(se.msg, "max number of clients reached"):
 			// Redis answers a connection over maxclients so, whatever it
 			// was sent.
-			return nil, fmt.Errorf("the server's connection limit (maxclients) is reached; each lease holds two connections of its own: %w", err)
+			return nil, fmt.Errorf("the server's connection limit (maxclients) is reached; the lease holds two connections of its own per client and server (per lease on a Sentinel or Cluster client): %w", err)
 		case errors.As(err, &se) && se.code() == "ERR":
 			return nil, fmt.Errorf("HELLO 3 (Redis 6 or later is needed): %w", err)
 		}
@@ -118,6 +122,19 @@ func dialConn(ctx context.Context, dial func(context.Context) (net.Conn, error),
 
 // addr returns the address of the server's end of the connection.
 func (c *conn) addr() string { return c.nc.RemoteAddr().String() }
+
+// setOnPush makes f take the connection's invalidation pushes.
+func (c *conn) setOnPush(f func([]any)) {
+	c.mu.Lock()
+	c.onPush = f
+	c.mu.Unlock()
+}
+
+// id returns the client id HELLO reported.
+func (c *conn) id() int64 {
+	n, _ := c.hello["id"].(int64)
+	return n
+}
 
 // role returns the role HELLO reported: "master" or "replica".
 func (c *conn) role() string {
@@ -148,8 +165,23 @@ func (c *conn) do(ctx context.Context, args ...any) (any, error) {
 }
 
 // pipe sends cmds in one write and returns their replies, in order. The
-// error is for the connection; each reply may hold a server's error.
+// error is for the connection; each reply may hold a server's error. A ctx
+// that ends before the replies fails the connection.
 func (c *conn) pipe(ctx context.Context, cmds ...[]any) ([]reply, error) {
+	return c.send(ctx, true, 0, cmds)
+}
+
+// pipeShared is pipe on a connection that other callers share: a ctx that
+// ends before the replies returns ctx's error and leaves the connection
+// as it is (its replies are read and dropped), so that one caller's
+// cancelled Lock does not break the leases of the others. The write is
+// bounded by bound, not by ctx.
+func (c *conn) pipeShared(ctx context.Context, bound time.Duration, cmds ...[]any) ([]reply, error) {
+	return c.send(ctx, false, bound, cmds)
+}
+
+// send is pipe if cancelFails, pipeShared otherwise.
+func (c *conn) send(ctx context.Context, cancelFails bool, bound time.Duration, cmds [][]any) ([]reply, error) {
 	waits := make([]chan reply, len(cmds))
 	c.mu.Lock()
 	if c.err != nil {
@@ -162,7 +194,9 @@ func (c *conn) pipe(ctx context.Context, cmds ...[]any) ([]reply, error) {
 		waits[i] = make(chan reply, 1)
 	}
 	c.pending = append(c.pending, waits...)
-	if dl, ok := ctx.Deadline(); ok {
+	if !cancelFails {
+		c.nc.SetWriteDeadline(time.Now().Add(bound))
+	} else if dl, ok := ctx.Deadline(); ok {
 		c.nc.SetWriteDeadline(dl)
 	} else {
 		c.nc.SetWriteDeadline(time.Time{})
@@ -189,7 +223,9 @@ func (c *conn) pipe(ctx context.Context, cmds ...[]any) ([]reply, error) {
 				return nil, r.err
 			}
 		case <-ctx.Done():
-			c.fail(fmt.Errorf("no reply before the context ended: %w", ctx.Err()))
+			if cancelFails {
+				c.fail(fmt.Errorf("no reply before the context ended: %w", ctx.Err()))
+			}
 			return nil, ctx.Err()
 		}
 	}
@@ -241,6 +277,13 @@ func (c *conn) read() {
 		}
 		if push {
 			if l, ok := v.([]any); ok && len(l) > 0 && l[0] == "invalidate" {
+				c.mu.Lock()
+				onPush := c.onPush
+				c.mu.Unlock()
+				if onPush != nil {
+					onPush(l)
+					continue
+				}
 				select {
 				case c.pushes <- l:
 				default: // one pending invalidation makes the follower read the key; that is enough

@@ -34,6 +34,12 @@ package redislease
 // the claim with the key (FLUSHALL, a restart without persistence) still
 // frees the key at once.
 //
+// Every branch that writes the key reads it last: on a session's command
+// connection, whose reads are tracked (CLIENT TRACKING ... NOLOOP), the
+// script's own write ends the key's tracking without a push, and that
+// read begins it again in the same atomic step, so no change of the key
+// after the script goes unpushed.
+//
 // TIME, GET and INCR run before the first write, and call names a command
 // the user's ACL refuses: a user without TIME or GET is refused before any
 // write, and one without SET or PEXPIRE after INCR counted a token that no
@@ -63,6 +69,7 @@ if v then
   if mine then
     call('PEXPIRE', KEYS[1], ARGV[2])
     call('SET', KEYS[3], v, 'PX', ARGV[2])
+    call('GET', KEYS[1])
     return {1, tonumber(string.sub(v, p + 1))}
   end
   return {0, call('PTTL', KEYS[1])}
@@ -80,6 +87,7 @@ end
 v = ARGV[1] .. ':' .. string.format('%d', t)
 call('SET', KEYS[1], v, 'PX', ARGV[2])
 call('SET', KEYS[3], v, 'PX', ARGV[2])
+call('GET', KEYS[1])
 return {1, t}
 `
 
@@ -116,3 +124,76 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
 end
 return n
 `
+
+// renewManyScript renews the keys of many leases of one session in one
+// call: for each lease it returns 1, or 0 if the key is gone, or the value
+// the key holds.
+//
+// Redis (7.0) tracks, for each read command a script runs, every key the
+// script declares, not the key the command reads: so the script declares
+// only the leases' keys, and reads them all with one MGET, which tracks
+// them again (the script's own writes ended their tracking without a push,
+// NOLOOP), in the same atomic step; a read a lease would cost every
+// declared key each. A renewal is then two calls a lease, and one MGET a
+// call: PEXPIRE with GT, which never gives an expiry to a key without one
+// (an operator's SET) and never shortens one, before the comparison, and
+// the claim's SET if the key is the lease's. Where the key is another
+// lease's (this one was lost an instant before, by its deadline or a
+// push), its expiry may be lengthened to this lease's TTL, never
+// shortened, which keeps that holder safe. Redis before 7.0 has no GT:
+// there the script reads the keys first and writes only its own.
+//
+// KEYS the leases' keys; ARGV[3i-2] the i-th lease's claim, ARGV[3i-1] its
+// value, ARGV[3i] its TTL in milliseconds.
+const renewManyScript = `
+local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+if gt then
+  for i = 1, #KEYS do
+    redis.call('PEXPIRE', KEYS[i], ARGV[3 * i], 'GT')
+  end
+end
+local vs = redis.call('MGET', unpack(KEYS))
+local r = {}
+for i = 1, #KEYS do
+  local v = vs[i]
+  if v == ARGV[3 * i - 1] then
+    if not gt then
+      redis.call('PEXPIRE', KEYS[i], ARGV[3 * i])
+    end
+    redis.call('SET', ARGV[3 * i - 2], v, 'PX', ARGV[3 * i])
+    r[i] = 1
+  elseif v then
+    r[i] = v
+  else
+    r[i] = 0
+  end
+end
+if not gt then
+  redis.call('MGET', unpack(KEYS))
+end
+return r
+`
+
+// trackScript reads many keys with one MGET, which tracks every one of
+// them on the session's command connection (see renewManyScript), and
+// returns their values, 0 for a key that is gone. expiryScript returns the
+// PTTL of each key it is given, as arguments: declared, each PTTL would
+// track every declared key again. A check sends trackScript, then
+// expiryScript, in one write: tracked first, so that a change after the
+// read is pushed.
+const (
+	trackScript = `
+local vs = redis.call('MGET', unpack(KEYS))
+for i = 1, #KEYS do
+  if not vs[i] then vs[i] = 0 end
+end
+return vs
+`
+	expiryScript = `
+local r = {}
+for i = 1, #ARGV do
+  r[i] = redis.call('PTTL', ARGV[i])
+end
+return r
+`
+)
