@@ -31,15 +31,27 @@ type Lease struct {
 	acquired time.Time // the acquireTime this holder wrote
 	trans    int32     // the leaseTransitions this holder wrote
 
-	// last is the record as this holder last wrote or read it: the
-	// renewer's alone until it stops, then Unlock's (after workers.Wait),
-	// whose release writes it free without reading it first.
-	last *coordinationv1.Lease
-
+	sub       *sub               // its place in its session: the watch's events, the renewals
 	stop      context.CancelFunc // stops renewing and following
 	stopRenew context.CancelFunc // stops renewing only
-	workers   sync.WaitGroup     // the renewer and the watcher
+	rctx      context.Context    // the renewals' context
 	deadline  deadline
+	unreserve func() // gives back the lease's share of the rate limit
+
+	// The renewals, each sent by renewOnce under renewMu. cur is the record
+	// as this holder last wrote or read it: Unlock's once it holds renewMu
+	// after the renewals ended, whose release writes it free without
+	// reading it first.
+	renewMu    sync.Mutex
+	cur        *coordinationv1.Lease
+	unanswered []time.Time // renewals sent since the last one confirmed
+	retries    backoff
+
+	// Guarded by the session's mutex.
+	next       time.Time // when the next renewal is due
+	index      int       // in the session's heap of renewals, -1 if not there
+	renewEnded bool      // no renewal is scheduled any more
+	endRenew   sync.Once
 
 	once sync.Once
 	err  error // the release's outcome, set once
@@ -105,44 +117,54 @@ func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	leases := cs.CoordinationV1().Leases(namespace)
-	got, sent, err := c.acquire(ctx, leases, name, identity, cl.try)
+	b := join(cs, namespace, name)
+	got, sent, err := c.acquire(ctx, leases, b, name, identity, cl.try)
 	if err != nil {
+		b.leaveAndWait()
 		unreserve()
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	tok, err := token(got)
 	if err != nil {
+		b.leaveAndWait()
 		unreserve()
 		c.giveUp(leases, name, identity, sent)
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	l := &Lease{
-		ctrl:     controller.New(cl.subject),
-		leases:   leases,
-		name:     name,
-		identity: identity,
-		cfg:      c,
-		token:    tok,
-		acquired: sent,
-		trans:    transitionsOf(got),
+		ctrl:      controller.New(cl.subject),
+		leases:    leases,
+		name:      name,
+		identity:  identity,
+		cfg:       c,
+		token:     tok,
+		acquired:  sent,
+		trans:     transitionsOf(got),
+		sub:       b,
+		unreserve: unreserve,
+		cur:       got,
+		index:     -1,
 	}
 	fctx, stop := context.WithCancel(context.Background())
 	rctx, stopRenew := context.WithCancel(fctx)
-	l.stop, l.stopRenew = stop, stopRenew
-	// The deadline's timer loses the lease whatever the goroutines below
-	// are doing; it is armed before they start.
+	l.stop, l.stopRenew, l.rctx = stop, stopRenew, rctx
+	// The deadline's timer loses the lease whatever the session is doing;
+	// it is armed before the lease is followed and renewed.
 	l.deadline.start(c, sent, l.lose)
-	l.workers.Add(2)
-	go func() {
-		defer l.workers.Done()
-		defer unreserve() // the lease sends no more renewals
-		l.last = l.renew(rctx, got)
-	}()
-	go func() {
-		defer l.workers.Done()
-		l.follow(fctx, got.ResourceVersion)
-	}()
+	context.AfterFunc(rctx, l.endRenewals)
+	context.AfterFunc(fctx, func() { b.leave() })
+	b.hold(l, tok)
+	b.s.renewAt(l, nextRenewal(sent, c.RenewPeriod))
 	return l, nil
+}
+
+// endRenewals takes the lease off its session's schedule and gives its
+// share of the rate limit back. Successive calls do nothing more.
+func (l *Lease) endRenewals() {
+	l.endRenew.Do(func() {
+		l.sub.s.unschedule(l)
+		l.unreserve()
+	})
 }
 
 // Signal returns the holder's view of the lease. Successive calls return the
@@ -185,9 +207,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.once.Do(func() {
 		l.ctrl.End()
 		l.stop()
-		l.workers.Wait()
+		l.endRenewals()
+		l.renewMu.Lock() // waits for the renewal in flight, cut by stop
+		last := l.cur
+		l.renewMu.Unlock()
+		l.sub.leaveAndWait()
 		l.deadline.stop()
-		if _, err := release(ctx, l.leases, l.name, l.identity, l.acquired, l.last); err != nil {
+		if _, err := release(ctx, l.leases, l.name, l.identity, l.acquired, last); err != nil {
 			l.err = fmt.Errorf("k8slease: unlock %s: %w", l.ctrl.Subject(), err)
 		}
 	})
