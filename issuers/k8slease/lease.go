@@ -142,7 +142,7 @@ func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 		trans:     transitionsOf(got),
 		sub:       b,
 		unreserve: unreserve,
-		cur:       got,
+		cur:       slim(got),
 		index:     -1,
 	}
 	fctx, stop := context.WithCancel(context.Background())

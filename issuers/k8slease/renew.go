@@ -51,7 +51,7 @@ func (l *Lease) renewOnce() (time.Time, bool) {
 	case ctx.Err() != nil:
 		return time.Time{}, false
 	case err == nil:
-		l.cur, l.unanswered = got, l.unanswered[:0]
+		l.cur, l.unanswered = slim(got), l.unanswered[:0]
 		l.retries.reset()
 		if !applied {
 			return time.Now(), true // again at once, on the version just read
@@ -120,4 +120,12 @@ func refused(err error) bool {
 	// 401 is left to the deadline: a token being rotated answers it for a
 	// while.
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// slim drops the record's managedFields, which a held lease keeps for
+// every renewal and needs for none: an Update that carries none leaves the
+// apiserver's as they are.
+func slim(l *coordinationv1.Lease) *coordinationv1.Lease {
+	l.ManagedFields = nil
+	return l
 }

@@ -17,6 +17,7 @@ import (
 	"log"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,21 +51,22 @@ func main() {
 	}
 	defer stop()
 	fmt.Printf("%d CPUs, %s, hold %v; the zero Config (15 s lease, a renewal each 2 s), one clientset of QPS n+50, Burst 100\n\n", runtime.NumCPU(), runtime.Version(), *hold)
-	fmt.Println("| leases | client | time to grant all | Lease watches on the apiserver | requests/s while holding | goroutines per lease | heap per lease | lost with no fault |")
+	fmt.Println("| leases | client | time to grant all | Lease watches on the apiserver (its own subtracted) | requests/s while holding | goroutines per lease: median, most | heap per lease | lost with no fault |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, f := range strings.Split(*counts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
 			log.Fatalf("bench-many: -n %q: not a positive count", f)
 		}
+		base := watches(s) // the apiserver's own watches of Leases
 		runs := []func(*kubetest.Server, int, time.Duration) result{holdLeases}
 		if *peer {
 			runs = append(runs, holdElectors)
 		}
 		for _, run := range runs {
 			r := run(s, n, *hold)
-			fmt.Printf("| %d | %s | %v | %d | %.1f | %.3f | %s | %d |\n", n, r.client, r.grant.Round(time.Millisecond),
-				r.watches, r.rps, float64(r.goroutines)/float64(n), bytes(r.heap/int64(n)), r.lost)
+			fmt.Printf("| %d | %s | %v | %d | %.1f | %.3f, %.3f | %s | %d |\n", n, r.client, r.grant.Round(time.Millisecond),
+				r.watches-base, r.rps, float64(r.goroutines)/float64(n), float64(r.peak)/float64(n), bytes(r.heap/int64(n)), r.lost)
 		}
 	}
 }
@@ -74,9 +76,31 @@ type result struct {
 	grant      time.Duration
 	watches    int
 	rps        float64
-	goroutines int
+	goroutines int // the median of the samples while holding
+	peak       int // the most
 	heap       int64
 	lost       int
+}
+
+// measure samples, for hold, the goroutines the leases add each 250 ms, at
+// every phase of the second (the renewals of k8slease start together just
+// after the start of one), their heap once, after a collection, and the
+// apiserver's watches; and counts the clientset's requests.
+func (r *result) measure(s *kubetest.Server, c *counter, g0 int, h0 int64, hold time.Duration) {
+	before, start := c.n.Load(), time.Now()
+	var samples []int
+	for i := 0; time.Since(start) < hold; i++ {
+		if i == 4 {
+			_, h1 := usage()
+			r.heap = h1 - h0
+			r.watches = watches(s)
+		}
+		samples = append(samples, runtime.NumGoroutine()-g0)
+		time.Sleep(250*time.Millisecond + time.Duration(i%4)*10*time.Millisecond)
+	}
+	r.rps = float64(c.n.Load()-before) / time.Since(start).Seconds()
+	slices.Sort(samples)
+	r.goroutines, r.peak = samples[len(samples)/2], samples[len(samples)-1]
 }
 
 // counter counts a clientset's requests.
@@ -151,6 +175,7 @@ func holdLeases(s *kubetest.Server, n int, hold time.Duration) result {
 	r := result{client: "k8slease"}
 	g0, h0 := usage()
 	leases := make([]*k8slease.Lease, n)
+	var slowest longest
 	start := time.Now()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
@@ -160,22 +185,20 @@ func holdLeases(s *kubetest.Server, n int, hold time.Duration) result {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			t0 := time.Now()
 			l, err := k8slease.Lock(context.Background(), cs, ns, name, "bench")
 			if err != nil {
 				log.Fatal(err)
 			}
 			leases[i] = l
+			slowest.max(time.Since(t0))
 		}()
 	}
 	wg.Wait()
 	r.grant = time.Since(start)
+	log.Printf("k8slease, %d leases: the slowest Lock took %v", n, slowest.get().Round(time.Millisecond))
 	time.Sleep(2 * time.Second) // the first renewals
-	g1, h1 := usage()
-	r.goroutines, r.heap = g1-g0, h1-h0
-	r.watches = watches(s)
-	before := c.n.Load()
-	time.Sleep(hold)
-	r.rps = float64(c.n.Load()-before) / hold.Seconds()
+	r.measure(s, &c, g0, h0, hold)
 	for _, l := range leases {
 		if l.Signal().Err() != nil {
 			r.lost++
@@ -235,12 +258,7 @@ func holdElectors(s *kubetest.Server, n int, hold time.Duration) result {
 	led.Wait()
 	r.grant = time.Since(start)
 	time.Sleep(2 * time.Second)
-	g1, h1 := usage()
-	r.goroutines, r.heap = g1-g0, h1-h0
-	r.watches = watches(s)
-	before := c.n.Load()
-	time.Sleep(hold)
-	r.rps = float64(c.n.Load()-before) / hold.Seconds()
+	r.measure(s, &c, g0, h0, hold)
 	stopping.Store(1)
 	r.lost = int(lost.Load())
 	cancel()
@@ -253,4 +271,22 @@ func bytes(b int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", b)
+}
+
+// longest keeps the longest of durations noted from many goroutines.
+type longest struct {
+	mu sync.Mutex
+	d  time.Duration
+}
+
+func (l *longest) max(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.d = max(l.d, d)
+}
+
+func (l *longest) get() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.d
 }
