@@ -19,8 +19,10 @@ import (
 //
 // A Lease is made by [Lock] or [Config.Lock]; there is no useful zero value.
 // Its methods are safe for concurrent use. It renews the record, follows the
-// object with a watch and keeps a local deadline, all of it until the loss or
-// the release, whichever comes first.
+// object and keeps a local deadline, all of it until the loss or the
+// release, whichever comes first. The leases of one clientset and namespace
+// share one watch and one renewal scheduler (see the README, "many leases,
+// one clientset"): a lease costs no goroutine and no watch of its own.
 type Lease struct {
 	ctrl     *controller.Controller
 	leases   coordinationclient.LeaseInterface
@@ -66,8 +68,10 @@ type Lease struct {
 // for the record's leaseDurationSeconds, counted on this process's clock
 // from the moment it first saw that version: client-go's rule. Every write
 // is an Update that carries the resourceVersion it read, so two candidates
-// that try at once cannot both succeed. While it waits, Lock watches the
-// Lease, so a release is taken at once.
+// that try at once cannot both succeed. While it waits, Lock follows the
+// Lease on its clientset's watch of the namespace's Leases, shared with the
+// other leases and Locks of the clientset and namespace, so a release is
+// taken at once.
 //
 // identity must be unique among the candidates: a record that names this
 // identity is taken as another holder's, and waited out, unless it is this
