@@ -47,6 +47,25 @@ faults-k8s: k8s-apiserver
 demo-k8s: k8s-apiserver
 	cd $(K8S_EXAMPLE) && $(GO) run ./demo
 
+.PHONY: bench-many-k8s
+
+BENCH_MANY_STEPS += bench-many-k8s
+
+# K8S_MANY is the numbers of leases bench-many-k8s holds, K8S_MANY_HOLD how
+# long; K8S_MANY_PEER=false leaves client-go's LeaderElector out.
+K8S_MANY      ?= 100,1000
+K8S_MANY_HOLD ?= 60s
+K8S_MANY_PEER ?= true
+
+## bench-many-k8s: hold K8S_MANY leases (100 and 1,000) from one clientset
+## for K8S_MANY_HOLD (60 s) on a kubetest apiserver, k8slease's beside
+## client-go's LeaderElector (one per Lease) in the same run, and print the
+## table of the README's "Many leases, one clientset": time to grant all,
+## the apiserver's Lease watches, requests a second while holding,
+## goroutines and heap per lease, leases lost with no fault.
+bench-many-k8s: k8s-apiserver
+	cd $(K8S_EXAMPLE) && $(GO) run ./internal/kubetest/cmd/bench-many -n $(K8S_MANY) -hold $(K8S_MANY_HOLD) -peer=$(K8S_MANY_PEER)
+
 .PHONY: lint-k8s
 
 lint: lint-k8s

@@ -77,7 +77,7 @@ var kubeCycle = cycleCoordinator{
 		return "kube-apiserver " + v.GitVersion, nil
 	},
 	clients: []cycleClient{
-		{name: "k8slease", learns: learnsWatch + " (the Lease)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
+		{name: "k8slease", learns: learnsWatch + " (the namespace's Leases, one for the clientset)", open: func(ctx context.Context, addr string) (lease.Locker, func(), error) {
 			cs, identity, err := newCycleKube(addr)
 			if err != nil {
 				return nil, nil, err

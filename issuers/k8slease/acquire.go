@@ -7,14 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/zukhruf/lease"
@@ -31,18 +30,13 @@ import (
 // acquire observed, so that a later try counts the same version's age from
 // its first sight, as a waiting Lock does; a failure that may heal, or a
 // conflict with another write, still takes another round, as in a Lock.
-func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInterface, name, identity string, try *observation) (*coordinationv1.Lease, time.Time, error) {
-	a := &acquirer{c: c, leases: leases, name: name, identity: identity}
+func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInterface, b *sub, name, identity string, try *observation) (*coordinationv1.Lease, time.Time, error) {
+	a := &acquirer{c: c, leases: leases, sub: b, name: name, identity: identity}
 	if try != nil {
 		a.try = true
 		a.observed, a.observedAt = try.version, try.at
 		defer func() { *try = observation{a.observed, a.observedAt} }()
 	}
-	defer func() {
-		if a.w != nil {
-			a.w.Stop()
-		}
-	}()
 	wait := time.NewTimer(0)
 	defer wait.Stop()
 	for {
@@ -62,20 +56,8 @@ func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInte
 		case <-ctx.Done():
 			return nil, time.Time{}, a.cut(ctx)
 		case <-wait.C:
-		case _, ok := <-a.changes:
+		case <-a.sub.wake:
 			wait.Stop()
-			if !ok {
-				// Ended by the apiserver: opened again at the next
-				// round. One that ended soon after it was opened waits
-				// a pause that doubles each time, so that a watch
-				// ended at once does not spin.
-				a.w.Stop()
-				a.w, a.changes = nil, nil
-				if time.Since(a.watchedAt) >= backoffMax {
-					a.rewatches.reset()
-				}
-				pauseFor(ctx, a.rewatches.pause())
-			}
 		}
 	}
 }
@@ -100,14 +82,11 @@ type acquirer struct {
 	try  bool                  // a TryLock: no waiting for a holder
 	held *coordinationv1.Lease // the record of the last round, if it found the Lease held
 
-	w         watch.Interface
-	changes   <-chan watch.Event // w's events: a wake-up, nothing more
-	watchedAt time.Time          // when w was opened
+	sub *sub // the session's watch: its events of this Lease wake the candidate
 
-	failures  backoff // after a request failed
-	rewatches backoff // after a watch ended soon after it was opened
-	last      error   // the last failure, for the error of a Lock cut by its context
-	answered  bool    // the apiserver answered a request of this Lock
+	failures backoff // after a request failed
+	last     error   // the last failure, for the error of a Lock cut by its context
+	answered bool    // the apiserver answered a request of this Lock
 }
 
 // round reads the Lease and tries once to take it. It returns the Lease if
@@ -115,19 +94,11 @@ type acquirer struct {
 // long to wait, unless the watch wakes it sooner, before the next round.
 func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Duration, error) {
 	a.held = nil
-	cur, err := a.leases.Get(ctx, a.name, metav1.GetOptions{})
-	a.note(err)
-	switch {
-	case ctx.Err() != nil:
-		return nil, 0, nil
-	case apierrors.IsNotFound(err):
-		cur = nil
-	case err != nil:
-		return a.failed(err, "read the Lease")
-	}
-	// The watch is opened before the first write: a candidate that may
-	// not watch is refused before it takes a Lease it could not follow.
-	if err := a.watch(ctx, cur); err != nil {
+	// The session's watch is open before the read: no change after the
+	// version read is missed, and a candidate that may not watch is
+	// refused before it takes a Lease it could not follow.
+	if err := a.sub.established(ctx); err != nil {
+		a.note(err)
 		if ctx.Err() != nil {
 			return nil, 0, nil
 		}
@@ -137,6 +108,23 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 			return nil, 0, fmt.Errorf("watch the Lease: %w (the clientset's address serves no coordination.k8s.io/v1 leases: a path in rest.Config.Host, or another server)", err)
 		}
 		return a.failed(err, "watch the Lease")
+	}
+	cur, err := a.leases.Get(ctx, a.name, metav1.GetOptions{})
+	a.note(err)
+	switch {
+	case ctx.Err() != nil:
+		return nil, 0, nil
+	case apierrors.IsNotFound(err):
+		cur = nil
+		a.sub.read(0)
+	case err != nil:
+		return a.failed(err, "read the Lease")
+	default:
+		rv, perr := strconv.ParseInt(cur.ResourceVersion, 10, 64)
+		if perr != nil {
+			rv = 0
+		}
+		a.sub.read(rv)
 	}
 
 	if cur == nil {
@@ -194,28 +182,6 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		return nil, 0, nil // someone wrote first: read again at once
 	}
 	return a.failed(err, "take the Lease over")
-}
-
-// watch opens the watch on the Lease from cur's version, or from now if
-// there is no Lease, unless one is open.
-func (a *acquirer) watch(ctx context.Context, cur *coordinationv1.Lease) error {
-	if a.w != nil {
-		return nil
-	}
-	rv := ""
-	if cur != nil {
-		rv = cur.ResourceVersion // no change after the version read is missed
-	}
-	w, err := a.leases.Watch(ctx, metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector("metadata.name", a.name).String(),
-		ResourceVersion: rv,
-	})
-	a.note(err)
-	if err != nil {
-		return err
-	}
-	a.w, a.changes, a.watchedAt = w, w.ResultChan(), time.Now()
-	return nil
 }
 
 // failed returns the error of a Lock that step's failure err ends, or, if a

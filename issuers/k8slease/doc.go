@@ -14,7 +14,8 @@
 // client-go candidates can share a Lease, as in a rolling upgrade from one to
 // the other. It learns of a loss by push, and from its own clock:
 //
-//   - a watch on the Lease reports the record naming another holder, or
+//   - a watch of the namespace's Leases, one for all the leases of a
+//     clientset and namespace, reports the record naming another holder, or
 //     none ([ErrTakenOver]: another candidate took it over, an operator
 //     edited it, a client-go candidate released it), or the Lease deleted
 //     ([ErrDeleted]);

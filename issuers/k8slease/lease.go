@@ -19,8 +19,10 @@ import (
 //
 // A Lease is made by [Lock] or [Config.Lock]; there is no useful zero value.
 // Its methods are safe for concurrent use. It renews the record, follows the
-// object with a watch and keeps a local deadline, all of it until the loss or
-// the release, whichever comes first.
+// object and keeps a local deadline, all of it until the loss or the
+// release, whichever comes first. The leases of one clientset and namespace
+// share one watch and one renewal scheduler (see the README, "many leases,
+// one clientset"): a lease costs no goroutine and no watch of its own.
 type Lease struct {
 	ctrl     *controller.Controller
 	leases   coordinationclient.LeaseInterface
@@ -31,15 +33,27 @@ type Lease struct {
 	acquired time.Time // the acquireTime this holder wrote
 	trans    int32     // the leaseTransitions this holder wrote
 
-	// last is the record as this holder last wrote or read it: the
-	// renewer's alone until it stops, then Unlock's (after workers.Wait),
-	// whose release writes it free without reading it first.
-	last *coordinationv1.Lease
-
+	sub       *sub               // its place in its session: the watch's events, the renewals
 	stop      context.CancelFunc // stops renewing and following
 	stopRenew context.CancelFunc // stops renewing only
-	workers   sync.WaitGroup     // the renewer and the watcher
+	rctx      context.Context    // the renewals' context
 	deadline  deadline
+	unreserve func() // gives back the lease's share of the rate limit
+
+	// The renewals, each sent by renewOnce under renewMu. cur is the record
+	// as this holder last wrote or read it: Unlock's once it holds renewMu
+	// after the renewals ended, whose release writes it free without
+	// reading it first.
+	renewMu    sync.Mutex
+	cur        *coordinationv1.Lease
+	unanswered []time.Time // renewals sent since the last one confirmed
+	retries    backoff
+
+	// Guarded by the session's mutex.
+	next       time.Time // when the next renewal is due
+	index      int       // in the session's heap of renewals, -1 if not there
+	renewEnded bool      // no renewal is scheduled any more
+	endRenew   sync.Once
 
 	once sync.Once
 	err  error // the release's outcome, set once
@@ -54,8 +68,10 @@ type Lease struct {
 // for the record's leaseDurationSeconds, counted on this process's clock
 // from the moment it first saw that version: client-go's rule. Every write
 // is an Update that carries the resourceVersion it read, so two candidates
-// that try at once cannot both succeed. While it waits, Lock watches the
-// Lease, so a release is taken at once.
+// that try at once cannot both succeed. While it waits, Lock follows the
+// Lease on its clientset's watch of the namespace's Leases, shared with the
+// other leases and Locks of the clientset and namespace, so a release is
+// taken at once.
 //
 // identity must be unique among the candidates: a record that names this
 // identity is taken as another holder's, and waited out, unless it is this
@@ -105,44 +121,54 @@ func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	leases := cs.CoordinationV1().Leases(namespace)
-	got, sent, err := c.acquire(ctx, leases, name, identity, cl.try)
+	b := join(cs, namespace, name)
+	got, sent, err := c.acquire(ctx, leases, b, name, identity, cl.try)
 	if err != nil {
+		b.leaveAndWait()
 		unreserve()
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	tok, err := token(got)
 	if err != nil {
+		b.leaveAndWait()
 		unreserve()
 		c.giveUp(leases, name, identity, sent)
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	l := &Lease{
-		ctrl:     controller.New(cl.subject),
-		leases:   leases,
-		name:     name,
-		identity: identity,
-		cfg:      c,
-		token:    tok,
-		acquired: sent,
-		trans:    transitionsOf(got),
+		ctrl:      controller.New(cl.subject),
+		leases:    leases,
+		name:      name,
+		identity:  identity,
+		cfg:       c,
+		token:     tok,
+		acquired:  sent,
+		trans:     transitionsOf(got),
+		sub:       b,
+		unreserve: unreserve,
+		cur:       slim(got),
+		index:     -1,
 	}
 	fctx, stop := context.WithCancel(context.Background())
 	rctx, stopRenew := context.WithCancel(fctx)
-	l.stop, l.stopRenew = stop, stopRenew
-	// The deadline's timer loses the lease whatever the goroutines below
-	// are doing; it is armed before they start.
+	l.stop, l.stopRenew, l.rctx = stop, stopRenew, rctx
+	// The deadline's timer loses the lease whatever the session is doing;
+	// it is armed before the lease is followed and renewed.
 	l.deadline.start(c, sent, l.lose)
-	l.workers.Add(2)
-	go func() {
-		defer l.workers.Done()
-		defer unreserve() // the lease sends no more renewals
-		l.last = l.renew(rctx, got)
-	}()
-	go func() {
-		defer l.workers.Done()
-		l.follow(fctx, got.ResourceVersion)
-	}()
+	context.AfterFunc(rctx, l.endRenewals)
+	context.AfterFunc(fctx, func() { b.leave() })
+	b.hold(l, tok)
+	b.s.renewAt(l, nextRenewal(sent, c.RenewPeriod))
 	return l, nil
+}
+
+// endRenewals takes the lease off its session's schedule and gives its
+// share of the rate limit back. Successive calls do nothing more.
+func (l *Lease) endRenewals() {
+	l.endRenew.Do(func() {
+		l.sub.s.unschedule(l)
+		l.unreserve()
+	})
 }
 
 // Signal returns the holder's view of the lease. Successive calls return the
@@ -185,9 +211,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.once.Do(func() {
 		l.ctrl.End()
 		l.stop()
-		l.workers.Wait()
+		l.endRenewals()
+		l.renewMu.Lock() // waits for the renewal in flight, cut by stop
+		last := l.cur
+		l.renewMu.Unlock()
+		l.sub.leaveAndWait()
 		l.deadline.stop()
-		if _, err := release(ctx, l.leases, l.name, l.identity, l.acquired, l.last); err != nil {
+		if _, err := release(ctx, l.leases, l.name, l.identity, l.acquired, last); err != nil {
 			l.err = fmt.Errorf("k8slease: unlock %s: %w", l.ctrl.Subject(), err)
 		}
 	})

@@ -79,8 +79,9 @@ func (l *Locker) Lock(ctx context.Context, subject string) (lease.Lease, error) 
 // returns an error wrapping [lease.ErrHeld] that describes the record, and
 // leaves nothing behind. It does not wait for a release; a failure that may
 // heal, or a conflict with another write, is retried as in Lock, until ctx
-// ends. An attempt costs the apiserver what a round of Lock does: a read, a
-// watch opened and stopped, and the write if the Lease is free. TryLock
+// ends. An attempt costs the apiserver what a round of Lock does: a read,
+// and the write if the Lease is free; and the clientset's watch opened and
+// stopped, unless another lease or Lock of its namespace keeps it open. TryLock
 // panics if ctx is nil.
 func (l *Locker) TryLock(ctx context.Context, subject string) (lease.Lease, error) {
 	if ctx == nil {

@@ -18,9 +18,10 @@ import (
 // retryBefore packs into the last second before the deadline.
 const renewRetryMax = time.Second
 
-// renew renews the record until ctx ends or the lease is lost, and returns
-// the record as it last wrote or read it. cur is the Lease as the write that
-// gave it to this holder left it.
+// renewOnce sends one renewal of the record, and returns when the next one
+// is due, or false if the lease sends no more: its renewals were stopped, or
+// the renewal lost it. Its session's scheduler calls it when the renewal is
+// due, never twice at once for one lease.
 //
 // Renewals are sent one at a time, each an Update carrying the
 // resourceVersion of the last version this holder wrote or read. A renewal
@@ -28,56 +29,48 @@ const renewRetryMax = time.Second
 // meets a conflict, and the read that follows shows whether the record is
 // still this holder's, and which of its renewals it holds: a renewal found
 // there is confirmed by that read.
-func (l *Lease) renew(ctx context.Context, cur *coordinationv1.Lease) (last *coordinationv1.Lease) {
-	retries := backoff{max: renewRetryMax}
-	var unanswered []time.Time // renewals sent since the last one confirmed
-	next := nextRenewal(l.acquired, l.cfg.RenewPeriod)
-	t := time.NewTimer(time.Until(next))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return cur
-		case <-t.C:
-		}
-		// A request is abandoned at the deadline: its answer could no
-		// longer move it.
-		rctx, cancel := context.WithDeadline(ctx, l.deadline.current())
-		sent := time.Now() // before the send: never later than the apiserver's receipt
-		got, err := l.leases.Update(rctx, l.record(cur, sent), metav1.UpdateOptions{})
-		applied := err == nil
-		if err != nil && apierrors.IsConflict(err) {
-			// sent was not applied; one of the renewals before it may have been.
-			got, err = l.reread(rctx, unanswered)
-		}
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return cur
-		case err == nil:
-			cur, unanswered = got, unanswered[:0]
-			retries.reset()
-			if !applied {
-				t.Reset(0) // again at once, on the version just read
-				continue
-			}
-			l.deadline.confirm(sent)
-			t.Reset(time.Until(nextRenewal(sent, l.cfg.RenewPeriod)))
-		case isGone(err):
-			return cur // reread lost the lease
-		default:
-			unanswered = append(unanswered, sent)
-			if apierrors.IsNotFound(err) {
-				l.lose(fmt.Errorf("%w: %s not found by the renewal sent at %s", ErrDeleted, l.ctrl.Subject(), clock(sent)))
-				return cur
-			}
-			if refused(err) {
-				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
-				return cur
-			}
-			t.Reset(retryBefore(&retries, time.Until(l.deadline.current())))
-		}
+func (l *Lease) renewOnce() (time.Time, bool) {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	ctx := l.rctx
+	if ctx.Err() != nil {
+		return time.Time{}, false
 	}
+	// A request is abandoned at the deadline: its answer could no longer
+	// move it.
+	rctx, cancel := context.WithDeadline(ctx, l.deadline.current())
+	sent := time.Now() // before the send: never later than the apiserver's receipt
+	got, err := l.leases.Update(rctx, l.record(l.cur, sent), metav1.UpdateOptions{})
+	applied := err == nil
+	if err != nil && apierrors.IsConflict(err) {
+		// sent was not applied; one of the renewals before it may have been.
+		got, err = l.reread(rctx, l.unanswered)
+	}
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return time.Time{}, false
+	case err == nil:
+		l.cur, l.unanswered = slim(got), l.unanswered[:0]
+		l.retries.reset()
+		if !applied {
+			return time.Now(), true // again at once, on the version just read
+		}
+		l.deadline.confirm(sent)
+		return nextRenewal(sent, l.cfg.RenewPeriod), true
+	case isGone(err):
+		return time.Time{}, false // reread lost the lease
+	}
+	l.unanswered = append(l.unanswered, sent)
+	if apierrors.IsNotFound(err) {
+		l.lose(fmt.Errorf("%w: %s not found by the renewal sent at %s", ErrDeleted, l.ctrl.Subject(), clock(sent)))
+		return time.Time{}, false
+	}
+	if refused(err) {
+		l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
+		return time.Time{}, false
+	}
+	return time.Now().Add(retryBefore(&l.retries, time.Until(l.deadline.current()))), true
 }
 
 // retryFloor is the shortest pause retryBefore gives.
@@ -127,4 +120,12 @@ func refused(err error) bool {
 	// 401 is left to the deadline: a token being rotated answers it for a
 	// while.
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// slim drops the record's managedFields, which a held lease keeps for
+// every renewal and needs for none: an Update that carries none leaves the
+// apiserver's as they are.
+func slim(l *coordinationv1.Lease) *coordinationv1.Lease {
+	l.ManagedFields = nil
+	return l
 }

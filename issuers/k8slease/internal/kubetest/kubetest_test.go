@@ -212,7 +212,9 @@ func TestStopStart(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			_, err := cs.CoordinationV1().Leases("default").Create(ctx, lease("after-etcd", "a"), metav1.CreateOptions{})
 			cancel()
-			if err == nil {
+			// AlreadyExists: an earlier try was applied, its answer cut by
+			// its timeout on a loaded machine.
+			if err == nil || apierrors.IsAlreadyExists(err) {
 				t.Logf("writes succeed again %v after StartEtcd returned", time.Since(started).Round(time.Millisecond))
 				break
 			}
