@@ -22,6 +22,11 @@ const waitTimeout = 30 * time.Second
 // second, and a server that drops a silent session after two.
 var fast = pglease.Config{Heartbeat: 100 * time.Millisecond, Deadline: time.Second, ServerTimeout: 2 * time.Second}
 
+// sturdy is the configuration of the leases that a test wants kept while it
+// faults others: its deadline is one that a loaded machine's scheduling does
+// not reach, so that a loss of one of them can only be the fault's.
+var sturdy = pglease.Config{Heartbeat: 100 * time.Millisecond, Deadline: 5 * time.Second, ServerTimeout: 10 * time.Second}
+
 // connect returns a connection to s through addr, closed at the end of the
 // test.
 func connect(t testing.TB, s *pgtest.Server, addr string) *pgx.Conn {

@@ -123,7 +123,7 @@ func TestSharedSessionEnded(t *testing.T) {
 	var overlap time.Duration
 	for trial := range *sharedTrials {
 		pool := newPool(t, server, server.Addr())
-		leases := lockMany(t, fast, pool, fmt.Sprintf("ended-%d", trial), 1000)
+		leases := lockMany(t, sturdy, pool, fmt.Sprintf("ended-%d", trial), 1000) // a push ends them, not the deadline
 		holders := lockHolders(t, admin)
 		victim := holders[leases[0].Key()]
 		var on, off []*pglease.Lease
@@ -163,7 +163,7 @@ func TestSharedSessionEnded(t *testing.T) {
 			}
 		}
 		detect = append(detect, slices.MaxFunc(at, func(a, b time.Time) int { return a.Compare(b) }).Sub(returned))
-		time.Sleep(3 * fast.Heartbeat) // the other sessions' heartbeats go on
+		time.Sleep(3 * sturdy.Heartbeat) // the other sessions' heartbeats go on
 		for _, l := range off {
 			if err := l.Signal().Err(); err != nil {
 				t.Errorf("a lease on another session: Err() = %v, want nil", err)
@@ -191,7 +191,7 @@ func TestSharedSessionSilent(t *testing.T) {
 		}
 		defer proxy.Close()
 		silent := lockMany(t, fast, newPool(t, server, proxy.Addr()), fmt.Sprintf("silent-%d", trial), 1000)
-		direct := lockMany(t, fast, newPool(t, server, server.Addr()), fmt.Sprintf("direct-%d", trial), 100)
+		direct := lockMany(t, sturdy, newPool(t, server, server.Addr()), fmt.Sprintf("direct-%d", trial), 100)
 		proxy.Drop(faultnet.Both)
 		from := time.Now()
 		at := lossTimes(t, silent)
