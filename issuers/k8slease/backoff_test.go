@@ -1,8 +1,15 @@
 package k8slease
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestBackoff(t *testing.T) {
@@ -55,5 +62,32 @@ func TestRetryBefore(t *testing.T) {
 	}
 	if got := retryBefore(&backoff{max: renewRetryMax}, time.Hour); got != 100*ms {
 		t.Errorf("first pause with an hour left = %v, want the backoff's 100ms", got)
+	}
+}
+
+// TestRenewalRetriesAtMostASecondApart: a lease whose renewals fail (500)
+// tries again at most renewRetryMax after each failure, however many came
+// before, while its deadline is far.
+func TestRenewalRetriesAtMostASecondApart(t *testing.T) {
+	cs := fake.NewClientset()
+	cs.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New("etcd is slow"))
+	})
+	l := testLease("retries")
+	l.cfg = Config{LeaseDuration: 15 * time.Second, Margin: 1500 * time.Millisecond}
+	l.leases = cs.CoordinationV1().Leases("default")
+	l.cur = record("retries", 1, "a")
+	l.rctx = context.Background()
+	l.deadline.start(l.cfg, time.Now(), func(error) {})
+	defer l.deadline.stop()
+	for i := range 8 {
+		next, ok := l.renewOnce()
+		if !ok {
+			t.Fatalf("renewal %d: renewOnce() = false, want a retry", i)
+		}
+		// The pause was taken before now: load only shortens what is left.
+		if left := time.Until(next); left > renewRetryMax {
+			t.Fatalf("renewal %d failed: next try in %v, want at most %v", i, left.Round(time.Millisecond), renewRetryMax)
+		}
 	}
 }

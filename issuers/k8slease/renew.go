@@ -77,12 +77,13 @@ func (l *Lease) renewOnce() (time.Time, bool) {
 const retryFloor = 25 * time.Millisecond
 
 // retryBefore returns the pause before a failed renewal is sent again: the
-// backoff's, but at most half the time left before the deadline (and no
-// less than retryFloor), so that a lease of 2 s whose renewals failed in
-// a blip still tries a few times while a confirmation can move its deadline,
-// not once 95 ms before it.
+// backoff's, but at most renewRetryMax, whatever b's own ceiling (a lease's
+// backoff is its zero value), and at most half the time left before the
+// deadline (and no less than retryFloor), so that a lease of 2 s whose
+// renewals failed in a blip still tries a few times while a confirmation
+// can move its deadline, not once 95 ms before it.
 func retryBefore(b *backoff, left time.Duration) time.Duration {
-	return min(b.pause(), max(left/2, retryFloor))
+	return min(b.pause(), renewRetryMax, max(left/2, retryFloor))
 }
 
 // errGone reports that reread lost the lease.
