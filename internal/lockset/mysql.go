@@ -175,11 +175,11 @@ func mysqlConfig(ttl time.Duration) mysqllease.Config {
 	return mysqllease.Config{ServerTimeout: ttl, Margin: ttl / 2, Heartbeat: ttl / 8, Fence: "lockset.tokens"}
 }
 
-func (l *mysqlLocker) acquire(ctx context.Context) (holding, error) {
+func (l *mysqlLocker) acquire(ctx context.Context, lock string) (holding, error) {
 	if l.cfg.side == "peer" {
-		return l.acquireByHand(ctx)
+		return l.acquireByHand(ctx, lock)
 	}
-	le, err := mysqlConfig(l.cfg.ttl).Lock(ctx, l.db, "lockset:"+l.cfg.lock)
+	le, err := mysqlConfig(l.cfg.ttl).Lock(ctx, l.db, "lockset:"+lock)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: %w", errUnknown, err)
@@ -189,7 +189,7 @@ func (l *mysqlLocker) acquire(ctx context.Context) (holding, error) {
 	return leaseHolding{sig: le.Signal(), tok: le.Token(), unlock: le.Unlock}, nil
 }
 
-func (l *mysqlLocker) acquireByHand(ctx context.Context) (holding, error) {
+func (l *mysqlLocker) acquireByHand(ctx context.Context, lock string) (holding, error) {
 	if l.conn == nil {
 		c, err := l.db.Conn(ctx)
 		if err != nil {
@@ -210,7 +210,7 @@ func (l *mysqlLocker) acquireByHand(ctx context.Context) (holding, error) {
 		wait = max(1, int(math.Ceil(time.Until(dl).Seconds())))
 	}
 	var got sql.NullInt64
-	if err := l.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", mysqlLockName(l.cfg.lock), wait).Scan(&got); err != nil {
+	if err := l.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", mysqlLockName(lock), wait).Scan(&got); err != nil {
 		// A cut wait may have been granted: the session is no longer to
 		// be trusted.
 		drop()
@@ -231,7 +231,7 @@ func (l *mysqlLocker) acquireByHand(ctx context.Context) (holding, error) {
 		drop()
 		return nil, fmt.Errorf("the token: %w", err)
 	}
-	return &mysqlByHand{conn: l.conn, name: mysqlLockName(l.cfg.lock), tok: token, drop: drop, ping: l.cfg.ttl / 2}, nil
+	return &mysqlByHand{conn: l.conn, name: mysqlLockName(lock), tok: token, drop: drop, ping: l.cfg.ttl / 2}, nil
 }
 
 // mysqlByHand is a lock held the usual way: the holder checks, before
