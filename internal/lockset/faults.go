@@ -374,6 +374,7 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 	for _, l := range sessionMates {
 		f.Target = l
 		r.faults = append(r.faults, f)
+		r.mateRecords++
 	}
 	r.mu.Unlock()
 }
