@@ -91,11 +91,12 @@ func (r *runner) startMySQL() (string, error) {
 		}
 	}
 	return r.serve(func(port int) (*exec.Cmd, error) {
-		// max-connections: a waiting Lock of mysqllease holds a session
-		// of its own while GET_LOCK waits, so 400 locks contended by
-		// processes of 200 (-perprocess) took more than 300, and the
-		// operator's connection was refused; at 1000 they still took
-		// every one (docs/lockset.md, "Many locks per process").
+		// max-connections: mysqllease waits for a held lock on a session
+		// of its own, which keeps the lease once granted, two
+		// connections each, so 400 locks contended by processes of 200
+		// (-perprocess) took more than 300, and the operator's
+		// connection was refused; at 1000 they still took every one
+		// (docs/lockset.md, "Many locks per process").
 		args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--socket=" + filepath.Join(r.serverDir, "sock"),
 			"--pid-file=" + filepath.Join(dir, "pid"), "--log-error=" + filepath.Join(dir, "log"),
 			"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-name-resolve",
