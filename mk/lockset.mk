@@ -15,6 +15,8 @@ SEED    ?= 1
 MIX     ?= all
 SEEDS   ?= 10
 LOCKS   ?= 3
+CLIENTS ?= 5
+LOCKS_PER_PROCESS ?= 1
 PARALLEL ?= false
 HISTORY ?=
 
@@ -41,7 +43,7 @@ lint: lint-lockset
 # test-lockset runs the checker's tests, which feed it hand-made histories;
 # they need no server, and build no issuer.
 test-lockset:
-	cd $(LOCKSET_DIR) && $(GO) vet ./check/... ./history/... && $(GO) test -race -count=1 ./check/... ./history/...
+	cd $(LOCKSET_DIR) && $(GO) vet ./check/... ./history/... ./layout/... && $(GO) test -race -count=1 ./check/... ./history/... ./layout/...
 
 lint-lockset:
 	cd $(LOCKSET_DIR) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
@@ -49,13 +51,19 @@ lint-lockset:
 ## lockset: one lock-set run of ISSUER (etcd, redis, pg, mysql or k8s) for
 ## SECONDS (60) with the fault schedule of SEED (1) and the faults of MIX
 ## (all; network, server, process, operator; Redis's clock, sentinel and
-## cluster; etcd's failover; PostgreSQL's standby), the peer's
-## clients beside the issuer's; prints the run's folder and each side's
-## counts, and fails on an overlap, an unsafe write or a stale write
-## accepted that nothing excuses.
+## cluster; etcd's failover; PostgreSQL's standby), LOCKS locks a side
+## (3), CLIENTS contenders a lock (5), the peer's clients beside the
+## issuer's; prints the run's folder and each side's counts, and fails on
+## an overlap, an unsafe write or a stale write accepted that nothing
+## excuses. LOCKS_PER_PROCESS (1) is how many locks each contender process
+## of the leases takes at once through one client, its leases sharing the
+## client's sessions; LOCKS must be a multiple of it, and the peer then
+## has LOCKS/LOCKS_PER_PROCESS locks, one a process:
+##   make lockset ISSUER=redis LOCKS=400 LOCKS_PER_PROCESS=200 CLIENTS=2
 lockset: $(call LOCKSET_DEPS,$(ISSUER))
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
-		$(LOCKSET_ENV) $(LOCKSET_BIN) run -issuer $(ISSUER) -seconds $(SECONDS) -seed $(SEED) -mix $(MIX)
+		$(LOCKSET_ENV) $(LOCKSET_BIN) run -issuer $(ISSUER) -seconds $(SECONDS) -seed $(SEED) -mix $(MIX) \
+			-locks $(LOCKS) -clients $(CLIENTS) -perprocess $(LOCKS_PER_PROCESS)
 
 ## lockset-all: for every issuer, SEEDS runs (10) of SECONDS each, seed n
 ## with the fault mix n-1 modulo the issuer's (all, network, server,

@@ -11,6 +11,7 @@ import (
 	"os"
 	ossignal "os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,13 +19,15 @@ import (
 	"github.com/zukhruf/lease/internal/lockset/history"
 )
 
-// A locker takes one lock for one client process, by the issuer of this
-// repository or by the peer library.
+// A locker takes the locks of one client process, by the issuer of this
+// repository or by the peer library, through one client of the server:
+// the leases of a process with many locks share that client's sessions.
 type locker interface {
-	// acquire waits for the lock until ctx ends. An error that leaves the
+	// acquire waits for lock until ctx ends. An error that leaves the
 	// outcome unknown (the wait was cut while the server may have granted
-	// it) wraps errUnknown.
-	acquire(ctx context.Context) (holding, error)
+	// it) wraps errUnknown. The process's loops call it at once, one per
+	// lock.
+	acquire(ctx context.Context, lock string) (holding, error)
 	close()
 }
 
@@ -46,25 +49,25 @@ type holding interface {
 
 // clientConfig is what run tells each client process.
 type clientConfig struct {
-	issuer, side, p, lock string
+	issuer, side, p, lock string // lock: the process's locks, separated by commas
 	endpoint, register    string
 	servers               string // the servers' own addresses, each reached through the proxy at its index in endpoint
 	ttl                   time.Duration
 	seed                  uint64
 }
 
-// clientMain is a client process: it loops acquire, then while it holds
-// the lock, read the register, sleep up to the TTL, write it back with the
-// token; then release at random, or lose. It writes its events to stdout,
-// one JSON line each, and stops when it receives SIGTERM, releasing what
-// it holds.
+// clientMain is a client process: for each of its locks, at once and
+// through one locker, it loops acquire, then while it holds the lock, read
+// the register, sleep up to the TTL, write it back with the token; then
+// release at random, or lose. It writes its events to stdout, one JSON
+// line each, and stops when it receives SIGTERM, releasing what it holds.
 func clientMain(args []string) error {
 	var c clientConfig
 	fs := flag.NewFlagSet("client", flag.ExitOnError)
 	fs.StringVar(&c.issuer, "issuer", "", "")
 	fs.StringVar(&c.side, "side", "lease", "lease or peer")
 	fs.StringVar(&c.p, "p", "", "process name")
-	fs.StringVar(&c.lock, "lock", "", "lock name")
+	fs.StringVar(&c.lock, "lock", "", "the locks' names, separated by commas")
 	fs.StringVar(&c.endpoint, "endpoint", "", "the server's addresses, through the process's fault proxies")
 	fs.StringVar(&c.servers, "servers", "", "the server's own addresses, in the order of -endpoint")
 	fs.StringVar(&c.register, "register", "", "the register's URL")
@@ -81,8 +84,23 @@ func clientMain(args []string) error {
 	defer l.close()
 	out := history.NewWriter(os.Stdout)
 	defer out.Flush()
-	cl := &client{cfg: c, out: out, rng: rand.New(rand.NewPCG(c.seed, 0x10c5e7)), http: &http.Client{Timeout: 5 * time.Second}}
-	cl.loop(ctx, l)
+	hc := &http.Client{Timeout: 5 * time.Second}
+	locks := strings.Split(c.lock, ",")
+	if len(locks) > 1 {
+		// The default keeps 2 idle connections a host: the loops of
+		// hundreds of locks would dial the register at each request.
+		hc.Transport = &http.Transport{MaxIdleConnsPerHost: len(locks)}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, lock := range locks {
+		cfg := c
+		cfg.lock = lock
+		// The first lock's loop draws what a process of one lock drew.
+		cl := &client{cfg: cfg, out: out, rng: rand.New(rand.NewPCG(c.seed, 0x10c5e7+uint64(i))), http: hc, mu: &mu}
+		wg.Go(func() { cl.loop(ctx, l) })
+	}
+	wg.Wait()
 	return nil
 }
 
@@ -91,7 +109,7 @@ type client struct {
 	out  *history.Writer
 	rng  *rand.Rand
 	http *http.Client
-	mu   sync.Mutex // serializes events of the loop and of the loss watcher
+	mu   *sync.Mutex // serializes the events of the process's loops and loss watchers
 }
 
 func (c *client) emit(f, typ string, token int64, value any) {
@@ -105,7 +123,7 @@ func (c *client) loop(ctx context.Context, l locker) {
 	for ctx.Err() == nil {
 		c.emit(history.Acquire, history.Invoke, 0, nil)
 		actx, cancel := context.WithTimeout(ctx, 4*c.cfg.ttl)
-		h, err := l.acquire(actx)
+		h, err := l.acquire(actx, c.cfg.lock)
 		cancel()
 		if err != nil {
 			typ := history.Fail

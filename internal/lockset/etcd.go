@@ -10,6 +10,7 @@ import (
 	ossignal "os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -82,6 +83,7 @@ func etcdServe(dir string, port int, m etcdMember) error {
 type etcdLocker struct {
 	cfg     clientConfig
 	cli     *clientv3.Client
+	mu      sync.Mutex // guards session: a process's locks acquire at once
 	session *concurrency.Session
 }
 
@@ -94,6 +96,8 @@ func newEtcdLocker(c clientConfig) (*etcdLocker, error) {
 }
 
 func (l *etcdLocker) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.session != nil {
 		l.session.Orphan()
 	}
@@ -103,6 +107,8 @@ func (l *etcdLocker) close() {
 // sessionFor returns a live session, granting a new etcd lease within ctx
 // if the last session ended.
 func (l *etcdLocker) sessionFor(ctx context.Context) (*concurrency.Session, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.session != nil {
 		select {
 		case <-l.session.Done():
@@ -124,12 +130,12 @@ func (l *etcdLocker) sessionFor(ctx context.Context) (*concurrency.Session, erro
 	return s, nil
 }
 
-func (l *etcdLocker) acquire(ctx context.Context) (holding, error) {
+func (l *etcdLocker) acquire(ctx context.Context, lock string) (holding, error) {
 	s, err := l.sessionFor(ctx)
 	if err != nil {
 		return nil, err
 	}
-	key := "/lockset/" + l.cfg.lock
+	key := "/lockset/" + lock
 	if l.cfg.side == "peer" {
 		m := concurrency.NewMutex(s, key)
 		if err := m.Lock(ctx); err != nil {

@@ -167,7 +167,7 @@ func (r *runner) pickHolders() []*contender {
 	defer r.mu.Unlock()
 	var held []*contender
 	for _, c := range r.clients {
-		if r.holders[c.lock] == c.proc.name {
+		if len(r.heldBy(c)) > 0 {
 			held = append(held, c)
 		}
 	}
@@ -180,6 +180,17 @@ func (r *runner) pickHolders() []*contender {
 		n++
 	}
 	return held[:n]
+}
+
+// heldBy returns the locks c holds, as the events say; under r.mu.
+func (r *runner) heldBy(c *contender) []string {
+	var held []string
+	for _, l := range c.locks {
+		if r.holders[l] == c.proc.name {
+			held = append(held, l)
+		}
+	}
+	return held
 }
 
 // healOnce counts one more fault on a client's link or process in active,
@@ -221,9 +232,11 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 	}
 	start := history.Now()
 	heal := func() {}
-	erasedAt := int64(-1) // when an erasure's call returned
-	var server string     // a member's fault's: its name; a fault's of a server of Redis's group: its address
-	var rateError float64 // a clock-rate fault's measure's uncertainty
+	erasedAt := int64(-1)     // when an erasure's call returned
+	var erasedLock string     // an erasure's lock: one c holds, by choice
+	var sessionMates []string // the other locks c held when an erasure ended a session
+	var server string         // a member's fault's: its name; a fault's of a server of Redis's group: its address
+	var rateError float64     // a clock-rate fault's measure's uncertainty
 	switch kind {
 	case check.PauseHolder:
 		c.proc.signal(syscall.SIGSTOP)
@@ -314,10 +327,25 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 		// the session's end is sent to its reply. One that erased
 		// nothing (the lock was free; the server did not answer) is no
 		// fault.
+		r.mu.Lock()
+		held := r.heldBy(c)
+		r.mu.Unlock()
+		if len(held) == 0 {
+			held = c.locks
+		}
+		erasedLock = held[choice%uint64(len(held))]
 		var erased bool
-		start, erased = r.eraseLock(c.lock)
+		start, erased = r.eraseLock(erasedLock)
 		if !erased {
 			return
+		}
+		if kind == check.TerminateSession {
+			// The session may hold c's other locks too (a process's
+			// leases share a few sessions): each is erased, and
+			// recorded as its lock's erasure. One that lived in
+			// another session is not lost at the waiter's grant, which
+			// no race then excuses.
+			sessionMates = slices.DeleteFunc(slices.Clone(held), func(l string) bool { return l == erasedLock })
 		}
 		erasedAt = history.Now()
 		length = 0
@@ -336,13 +364,18 @@ func (r *runner) fault(kind string, length time.Duration, c *contender, rate flo
 	case holderKinds[kind]:
 		f.Target = c.proc.name
 	case kind == check.DeleteLockKeys, kind == check.TerminateSession:
-		f.Target = c.lock
+		f.Target = erasedLock
 	case kind == check.ClockRate:
 		f.Rate, f.RateError = rate, rateError
 	case server != "":
 		f.Target = server
 	}
 	r.faults = append(r.faults, f)
+	for _, l := range sessionMates {
+		f.Target = l
+		r.faults = append(r.faults, f)
+		r.mateRecords++
+	}
 	r.mu.Unlock()
 }
 

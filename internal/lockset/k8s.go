@@ -157,8 +157,8 @@ func newKubeLocker(c clientConfig) (*kubeLocker, error) {
 
 func (l *kubeLocker) close() {}
 
-func (l *kubeLocker) acquire(ctx context.Context) (holding, error) {
-	name := kubeLeaseName(l.cfg.lock)
+func (l *kubeLocker) acquire(ctx context.Context, lock string) (holding, error) {
+	name := kubeLeaseName(lock)
 	if l.cfg.side == "peer" {
 		return l.elect(ctx, name)
 	}

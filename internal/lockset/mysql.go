@@ -91,11 +91,17 @@ func (r *runner) startMySQL() (string, error) {
 		}
 	}
 	return r.serve(func(port int) (*exec.Cmd, error) {
+		// max-connections: mysqllease waits for a held lock on a session
+		// of its own, which keeps the lease once granted, two
+		// connections each, so 400 locks contended by processes of 200
+		// (-perprocess) took more than 300, and the operator's
+		// connection was refused; at 1000 they still took every one
+		// (docs/lockset.md, "Many locks per process").
 		args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--socket=" + filepath.Join(r.serverDir, "sock"),
 			"--pid-file=" + filepath.Join(dir, "pid"), "--log-error=" + filepath.Join(dir, "log"),
 			"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-name-resolve",
 			"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M", "--innodb-flush-log-at-trx-commit=2",
-			"--max-connections=300", "--performance-schema=off"}
+			"--max-connections=1000", "--performance-schema=off"}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
 		}
@@ -133,11 +139,17 @@ func (r *runner) mysqlTerminateHolder(ctx context.Context, lock string) (int64, 
 	}
 	defer db.Close()
 	var id sql.NullInt64
-	if db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", mysqlLockName(lock)).Scan(&id) != nil || !id.Valid {
+	if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", mysqlLockName(lock)).Scan(&id); err != nil || !id.Valid {
+		if err != nil {
+			fmt.Println("lockset: terminate-session: IS_USED_LOCK:", err)
+		}
 		return 0, false
 	}
 	at := history.Now()
 	_, err = db.ExecContext(ctx, "KILL "+strconv.FormatInt(id.Int64, 10))
+	if err != nil {
+		fmt.Println("lockset: terminate-session: KILL:", err)
+	}
 	return at, err == nil
 }
 
@@ -175,11 +187,11 @@ func mysqlConfig(ttl time.Duration) mysqllease.Config {
 	return mysqllease.Config{ServerTimeout: ttl, Margin: ttl / 2, Heartbeat: ttl / 8, Fence: "lockset.tokens"}
 }
 
-func (l *mysqlLocker) acquire(ctx context.Context) (holding, error) {
+func (l *mysqlLocker) acquire(ctx context.Context, lock string) (holding, error) {
 	if l.cfg.side == "peer" {
-		return l.acquireByHand(ctx)
+		return l.acquireByHand(ctx, lock)
 	}
-	le, err := mysqlConfig(l.cfg.ttl).Lock(ctx, l.db, "lockset:"+l.cfg.lock)
+	le, err := mysqlConfig(l.cfg.ttl).Lock(ctx, l.db, "lockset:"+lock)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: %w", errUnknown, err)
@@ -189,7 +201,7 @@ func (l *mysqlLocker) acquire(ctx context.Context) (holding, error) {
 	return leaseHolding{sig: le.Signal(), tok: le.Token(), unlock: le.Unlock}, nil
 }
 
-func (l *mysqlLocker) acquireByHand(ctx context.Context) (holding, error) {
+func (l *mysqlLocker) acquireByHand(ctx context.Context, lock string) (holding, error) {
 	if l.conn == nil {
 		c, err := l.db.Conn(ctx)
 		if err != nil {
@@ -210,7 +222,7 @@ func (l *mysqlLocker) acquireByHand(ctx context.Context) (holding, error) {
 		wait = max(1, int(math.Ceil(time.Until(dl).Seconds())))
 	}
 	var got sql.NullInt64
-	if err := l.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", mysqlLockName(l.cfg.lock), wait).Scan(&got); err != nil {
+	if err := l.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", mysqlLockName(lock), wait).Scan(&got); err != nil {
 		// A cut wait may have been granted: the session is no longer to
 		// be trusted.
 		drop()
@@ -231,7 +243,7 @@ func (l *mysqlLocker) acquireByHand(ctx context.Context) (holding, error) {
 		drop()
 		return nil, fmt.Errorf("the token: %w", err)
 	}
-	return &mysqlByHand{conn: l.conn, name: mysqlLockName(l.cfg.lock), tok: token, drop: drop, ping: l.cfg.ttl / 2}, nil
+	return &mysqlByHand{conn: l.conn, name: mysqlLockName(lock), tok: token, drop: drop, ping: l.cfg.ttl / 2}, nil
 }
 
 // mysqlByHand is a lock held the usual way: the holder checks, before

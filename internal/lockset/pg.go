@@ -217,10 +217,10 @@ func pgConfig(ttl time.Duration) pglease.Config {
 	return pglease.Config{Heartbeat: ttl / 8, Deadline: ttl / 2, ServerTimeout: ttl, Fence: pgx.Identifier{"public", "lockset_tokens"}}
 }
 
-func (l *pgLocker) acquire(ctx context.Context) (holding, error) {
-	subject := "lockset:" + l.cfg.lock
+func (l *pgLocker) acquire(ctx context.Context, lock string) (holding, error) {
+	subject := "lockset:" + lock
 	if l.cfg.side == "peer" {
-		return l.acquireByHand(ctx)
+		return l.acquireByHand(ctx, lock)
 	}
 	le, err := pgConfig(l.cfg.ttl).Lock(ctx, l.pool, subject)
 	if err != nil {
@@ -232,7 +232,7 @@ func (l *pgLocker) acquire(ctx context.Context) (holding, error) {
 	return leaseHolding{sig: le.Signal(), tok: le.Token(), unlock: le.Unlock}, nil
 }
 
-func (l *pgLocker) acquireByHand(ctx context.Context) (holding, error) {
+func (l *pgLocker) acquireByHand(ctx context.Context, lock string) (holding, error) {
 	if l.conn == nil || l.conn.IsClosed() {
 		c, err := pgx.Connect(ctx, pgConnString(l.cfg.endpoint))
 		if err != nil {
@@ -240,7 +240,7 @@ func (l *pgLocker) acquireByHand(ctx context.Context) (holding, error) {
 		}
 		l.conn = c
 	}
-	if _, err := l.conn.Exec(ctx, "SELECT pg_advisory_lock($1)", pgKey(l.cfg.lock)); err != nil {
+	if _, err := l.conn.Exec(ctx, "SELECT pg_advisory_lock($1)", pgKey(lock)); err != nil {
 		// A cut wait may have been granted: the session is no longer to
 		// be trusted.
 		l.conn.Close(context.Background())
@@ -254,7 +254,7 @@ func (l *pgLocker) acquireByHand(ctx context.Context) (holding, error) {
 		l.conn.Close(context.Background())
 		return nil, fmt.Errorf("the token: %w", err)
 	}
-	return &pgByHand{conn: l.conn, key: pgKey(l.cfg.lock), tok: token, ping: l.cfg.ttl / 2}, nil
+	return &pgByHand{conn: l.conn, key: pgKey(lock), tok: token, ping: l.cfg.ttl / 2}, nil
 }
 
 // pgByHand is an advisory lock held the usual way: the holder checks,

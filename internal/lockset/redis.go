@@ -111,8 +111,8 @@ func newRedisLocker(c clientConfig) (*redisLocker, error) {
 
 func (l *redisLocker) close() { l.rdb.Close() }
 
-func (l *redisLocker) acquire(ctx context.Context) (holding, error) {
-	key := "lockset:" + l.cfg.lock
+func (l *redisLocker) acquire(ctx context.Context, lock string) (holding, error) {
+	key := "lockset:" + lock
 	if l.cfg.side == "peer" {
 		return l.acquireRedsync(ctx, key)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/zukhruf/lease/internal/lockset/check"
 	"github.com/zukhruf/lease/internal/lockset/fakeclock"
 	"github.com/zukhruf/lease/internal/lockset/history"
+	"github.com/zukhruf/lease/internal/lockset/layout"
 )
 
 // sides are the two sets of clients of a run: the issuer's leases, and
@@ -150,6 +151,9 @@ type runner struct {
 	clients    []*contender
 	holders    map[string]string // lock → the process that holds it, as its events say
 	faults     []check.Fault
+	// mateRecords counts the records in faults of an ended session's
+	// other locks: one fault, recorded on each lock it erased.
+	mateRecords int
 }
 
 // contender is a client process with its fault proxies, one for each of
@@ -157,7 +161,7 @@ type runner struct {
 type contender struct {
 	proc    *proc
 	side    string
-	lock    string
+	locks   []string // the locks it contends for, through one client
 	proxies []*faultnet.Proxy
 	// How many faults are active on the link and on the process; under
 	// runner.mu.
@@ -171,6 +175,7 @@ type runConfig struct {
 	seed           int64
 	dir            string
 	perLock, locks int
+	perProcess     int // locks a contender process of the leases contends for at once
 	ttl            time.Duration
 }
 
@@ -181,6 +186,7 @@ func (c *runConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.dir, "out", "", "the run's folder (default: a new one under the temporary folder)")
 	fs.IntVar(&c.perLock, "clients", 5, "contenders per lock")
 	fs.IntVar(&c.locks, "locks", 3, "locks per side")
+	fs.IntVar(&c.perProcess, "perprocess", 1, "locks each contender process of the leases contends for at once, through one client (its leases share its sessions); -locks must be a multiple")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "the leases' TTL")
 	fs.StringVar(&c.mix, "mix", "all", "the fault mix: "+strings.Join(mixes, ", ")+", or Redis's clock")
 }
@@ -271,13 +277,22 @@ func run(c runConfig) (check.Result, summary, error) {
 	defer hs.Close()
 
 	for _, side := range sides {
-		for l := range c.locks {
-			lock := fmt.Sprintf("%s-%c", side, 'a'+l)
-			for range c.perLock {
-				if err := r.startClient(side, lock, endpoint, "http://"+ln.Addr().String(), uint64(c.seed)); err != nil {
-					r.stopClients()
-					return res, sum, err
-				}
+		locks, perProcess := c.locks, c.perProcess
+		if side == "peer" && perProcess > 1 {
+			// The peer stays one lock a process, on as many processes
+			// as the leases: its locks by hand on the databases hold a
+			// session each, which would be hundreds a process, and its
+			// figures stay those of the runs of one lock a process.
+			locks, perProcess = locks/perProcess, 1
+		}
+		procs, err := layout.Processes(side, locks, perProcess, c.perLock)
+		if err != nil {
+			return res, sum, err
+		}
+		for _, locks := range procs {
+			if err := r.startClient(side, locks, endpoint, "http://"+ln.Addr().String(), uint64(c.seed)); err != nil {
+				r.stopClients()
+				return res, sum, err
 			}
 		}
 	}
@@ -325,7 +340,11 @@ func run(c runConfig) (check.Result, summary, error) {
 	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
 		return res, sum, err
 	}
-	fmt.Printf("lockset: %s seed %d: %d faults in %v\n", c.issuer, c.seed, len(r.faults), time.Duration(history.Now()-start).Round(time.Second))
+	if r.mateRecords > 0 {
+		fmt.Printf("lockset: %s seed %d: %d faults, and %d records of them on the other locks of the sessions they ended, in %v\n", c.issuer, c.seed, len(r.faults)-r.mateRecords, r.mateRecords, time.Duration(history.Now()-start).Round(time.Second))
+	} else {
+		fmt.Printf("lockset: %s seed %d: %d faults in %v\n", c.issuer, c.seed, len(r.faults), time.Duration(history.Now()-start).Round(time.Second))
+	}
 	return res, sum, nil
 }
 
@@ -485,7 +504,7 @@ func startPiped(name string, cmd *exec.Cmd) (*proc, io.ReadCloser, error) {
 	return &proc{name: name, cmd: cmd, done: make(chan struct{})}, stdout, nil
 }
 
-func (r *runner) startClient(side, lock, endpoint, register string, seed uint64) error {
+func (r *runner) startClient(side string, locks []string, endpoint, register string, seed uint64) error {
 	var proxies []*faultnet.Proxy
 	var addrs []string
 	for _, e := range strings.Split(endpoint, ",") {
@@ -497,7 +516,7 @@ func (r *runner) startClient(side, lock, endpoint, register string, seed uint64)
 		addrs = append(addrs, proxy.Addr())
 	}
 	name := fmt.Sprintf("%s-%d", side, len(r.clients)+1)
-	cmd := exec.Command(r.self, "client", "-issuer", r.issuer, "-side", side, "-p", name, "-lock", lock,
+	cmd := exec.Command(r.self, "client", "-issuer", r.issuer, "-side", side, "-p", name, "-lock", strings.Join(locks, ","),
 		"-endpoint", strings.Join(addrs, ","), "-servers", endpoint, "-register", register, "-ttl", r.ttl.String(), "-seed", strconv.FormatUint(seed*1000+uint64(len(r.clients)), 10))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -522,7 +541,7 @@ func (r *runner) startClient(side, lock, endpoint, register string, seed uint64)
 		cmd.Wait()
 		close(p.done)
 	}()
-	r.clients = append(r.clients, &contender{proc: p, side: side, lock: lock, proxies: proxies})
+	r.clients = append(r.clients, &contender{proc: p, side: side, locks: locks, proxies: proxies})
 	return nil
 }
 
