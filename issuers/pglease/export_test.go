@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -91,3 +92,13 @@ func SetLeasesPerSession(n int) (restore func()) {
 // WithDefaults returns cfg with the defaults Lock uses for its zero fields,
 // or the error Lock returns for it.
 func WithDefaults(cfg Config) (Config, error) { return cfg.withDefaults() }
+
+// SetNotifyCall replaces the expression that announces a release (the key
+// is its %[2]d) until the returned func restores it. It must not be called
+// while an Unlock runs.
+func SetNotifyCall(expr string) (restore func()) {
+	old, oldSQL := notifyCall, notifySQL
+	notifyCall = expr
+	notifySQL = strings.Replace(notifySQL, old, expr, 1)
+	return func() { notifyCall, notifySQL = old, oldSQL }
+}

@@ -279,10 +279,10 @@ func (l *Lease) Token() int64 { return l.token }
 // Unlock releases the lease: it ends the signal first, so that nothing the
 // server or the connection reports afterwards loses it.
 //
-// On a shared session, Unlock then releases the lock with one statement,
-// pg_advisory_unlock, which also wakes the Locks of any process that marked
-// their wait for it, and waits for its answer, however long the session
-// takes to give it within its deadline (ctx does not cut it: the release
+// On a shared session, Unlock then releases the lock with pg_advisory_unlock,
+// and a statement written behind it wakes the Locks of any process that marked
+// their wait for it; Unlock waits for the release's answer, however long the
+// session takes to give it within its deadline (ctx does not cut it: the release
 // must be known). It returns nil once the lock is released; an error
 // wrapping [ErrSessionEnded] if the session ended first, which freed the
 // lock, or if the release failed, which ends the session (and loses its

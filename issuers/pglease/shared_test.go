@@ -362,3 +362,37 @@ func BenchmarkLockCycle(b *testing.B) {
 		}
 	})
 }
+
+// TestUnlockKeepsSessionWhenNotifyFails: an Unlock whose announcement fails
+// (NOTIFY's commit waits for a lock of the whole server, which many releases
+// at once can hold past a shared session's lock_timeout) has still released
+// the lock: it returns nil, ends no session, loses no other lease on it, and
+// the waiter is granted.
+func TestUnlockKeepsSessionWhenNotifyFails(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	pa, pb := newPool(t, server, server.Addr()), newPool(t, server, server.Addr())
+	beside := lockMany(t, sturdy, pa, "beside a failed notify", 10)
+	a := lock(t, sturdy, pa, "failed notify")
+	ch := lockAsync(t, admin, sturdy, pb, "failed notify")
+	restore := pglease.SetNotifyCall("pg_catalog.pg_notify('pglease', (1/0)::text)") // division by zero, whenever it is planned
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := a.Unlock(ctx); err != nil {
+		t.Errorf("Unlock with a failed notify = %v, want nil: the lock was released", err)
+	}
+	g := waitGranted(t, ch)
+	if g.err != nil {
+		t.Fatalf("the waiting Lock = %v", g.err)
+	}
+	for _, l := range beside {
+		if err := l.Signal().Err(); err != nil {
+			t.Errorf("a lease on the session of the failed notify: Err() = %v, want nil", err)
+		}
+	}
+	restore()
+	unlock(t, g.lease)
+	for _, l := range beside {
+		unlock(t, l)
+	}
+}
