@@ -280,7 +280,7 @@ func (l *Lease) Token() int64 { return l.token }
 // server or the connection reports afterwards loses it.
 //
 // On a shared session, Unlock then releases the lock with pg_advisory_unlock,
-// and a statement written behind it wakes the Locks of any process that marked
+// and a statement sent after it wakes the Locks of any process that marked
 // their wait for it; Unlock waits for the release's answer, however long the
 // session takes to give it within its deadline (ctx does not cut it: the release
 // must be known). It returns nil once the lock is released; an error

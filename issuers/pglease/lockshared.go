@@ -186,28 +186,31 @@ const takeSQL = "with l as (select pg_catalog.pg_try_advisory_lock(%d) as ok whe
 const fenceSQL = "insert into %s as t (key, token) select %d, 1 where %s " +
 	"on conflict (key) do update set token = t.token operator(pg_catalog.+) 1 returning token, pg_catalog.pg_backend_pid()"
 
-// notifySQL announces the release of a key (%[2]d) on notifyChannel if a
-// Lock marked its wait for it (the mark's halves, %[3]d and %[4]d, see
-// markSQL), gated on the session (%[5]s); it follows unlockSQL on the
-// session.
+// unlockMarkSQL releases the lock of a key (%d) and then tries to take its
+// mark (the halves, %d and %d, see markSQL) exclusively for the statement's
+// transaction only, which fails while a Lock of any process holds it shared,
+// gated on the session (%s). If the try fails, a Lock waits for the key,
+// and the release is announced by notifySQL.
 //
-// The mark is checked by trying to take it exclusively for the statement's
-// transaction only, which fails while a waiter holds it shared. A waiter
-// marks its wait before it tries the lock again, and the check runs after
-// the release, so that either the waiter's try comes after the release, or
-// its mark before the check: a release never goes unannounced to a marked
-// waiter, and a release that no Lock waits for sends no notify, whose
-// commit would need a transaction id and a flush of the WAL.
+// A waiter marks its wait before it tries the lock again, and the check runs
+// after the release, in the same statement, so that either the waiter's try
+// comes after the release, or its mark before the check: a release never
+// goes unannounced to a marked waiter, and a release that no Lock waits for
+// sends no notify (its commit would need a transaction id and a flush of the
+// WAL) and costs one statement.
+const unlockMarkSQL = "select pg_catalog.pg_advisory_unlock(%d), pg_catalog.pg_try_advisory_xact_lock(%d, %d), pg_catalog.pg_backend_pid() where %s"
+
+// notifySQL announces the release of a key (%[2]d) on notifyChannel, gated
+// on the session (%[5]s).
 //
-// It is a statement of its own, not a column of unlockSQL's: NOTIFY's
-// commit takes a lock of the whole server, which many releases at once can
-// hold past the session's lock_timeout (fenceWait), and the error would
-// then be the release's, whose lock the server freed all the same (a
-// session lock outlasts the abort of the transaction that freed it). A
-// failed announcement only delays the waiters of other processes to their
-// next try.
-var notifySQL = "select case when pg_catalog.pg_try_advisory_xact_lock(%[3]d, %[4]d) then null else " + notifyCall + " end, " +
-	"pg_catalog.pg_backend_pid() where %[5]s"
+// It is a statement of its own, sent after the release's answer, not a
+// column of the release: NOTIFY's commit takes a lock of the whole server,
+// which many releases at once can hold past the session's lock_timeout
+// (fenceWait), and the error would then be the release's, whose lock the
+// server freed all the same (a session lock outlasts the abort of the
+// transaction that freed it). A failed announcement only delays the waiters
+// of other processes to their next try.
+var notifySQL = "select " + notifyCall + ", pg_catalog.pg_backend_pid() where %[5]s"
 
 // notifyCall announces a release of the key %[2]d; the tests replace it.
 var notifyCall = "pg_catalog.pg_notify('" + notifyChannel + "', '%[2]d')"
@@ -333,18 +336,7 @@ func (sh *shared) holds(key int64) (bool, error) {
 func (sh *shared) release(key int64) error {
 	hi, lo := markKeys(key)
 	ours := sh.s.ours()
-	unlocked := &pending{reply: make(chan reply, 1)}
-	if err := sh.write(unlocked, queryMessage(fmt.Sprintf(unlockSQL, key, ours))); err != nil {
-		return err
-	}
-	// The announcement is written behind the release, at once, and its
-	// answer is not waited for: an error of it is the statement's own, which
-	// ends nothing (see notifySQL).
-	if err := sh.write(&pending{reply: make(chan reply, 1)}, queryMessage(fmt.Sprintf(notifySQL, key, key, hi, lo, ours))); err != nil {
-		return err
-	}
-	r := <-unlocked.reply
-	rows, err := r.rows, r.err
+	rows, err := sh.exec(fmt.Sprintf(unlockMarkSQL, key, hi, lo, ours))
 	if err == nil && string(rows[0][0]) != "t" {
 		err = errors.New("the session did not hold the lock")
 	}
@@ -355,12 +347,18 @@ func (sh *shared) release(key int64) error {
 		}
 		return err
 	}
+	if string(rows[0][1]) != "t" {
+		// A Lock waits for the key. Its answer is not waited for: an error
+		// of it is the statement's own, which ends nothing (see notifySQL).
+		// A failed write ends the session, which the leases on it learn.
+		_ = sh.write(&pending{reply: make(chan reply, 1)}, queryMessage(fmt.Sprintf(notifySQL, key, key, hi, lo, ours)))
+	}
 	return nil
 }
 
 // releaseShared is Unlock of a lease on a shared session: it ends the lease,
 // then releases the lock, and announces the release to the waiters of every
-// process in a statement written behind it; the session goes on.
+// process in a statement sent after it if one waits; the session goes on.
 func (l *Lease) releaseShared() error {
 	ended := l.ctrl.End()
 	sh := l.sh

@@ -363,10 +363,10 @@ func BenchmarkLockCycle(b *testing.B) {
 	})
 }
 
-// TestUnlockKeepsSessionWhenNotifyFails: an Unlock whose announcement fails
-// (NOTIFY's commit waits for a lock of the whole server, which many releases
-// at once can hold past a shared session's lock_timeout) has still released
-// the lock: it returns nil, ends no session, loses no other lease on it, and
+// TestUnlockKeepsSessionWhenNotifyFails: an Unlock whose announcement to a
+// marked waiter fails (NOTIFY's commit waits for a lock of the whole server,
+// which many releases at once can hold past a shared session's lock_timeout)
+// has still released the lock: it returns nil, ends no session, loses no other lease on it, and
 // the waiter is granted.
 func TestUnlockKeepsSessionWhenNotifyFails(t *testing.T) {
 	admin := connect(t, server, server.Addr())
@@ -374,6 +374,12 @@ func TestUnlockKeepsSessionWhenNotifyFails(t *testing.T) {
 	beside := lockMany(t, sturdy, pa, "beside a failed notify", 10)
 	a := lock(t, sturdy, pa, "failed notify")
 	ch := lockAsync(t, admin, sturdy, pb, "failed notify")
+	// The mark of a waiter of another process, so that the release is
+	// announced.
+	key := sturdy.Key("failed notify")
+	if _, err := admin.Exec(context.Background(), "select pg_advisory_lock_shared($1, $2)", int32(key>>32), int32(key)); err != nil {
+		t.Fatal(err)
+	}
 	restore := pglease.SetNotifyCall("pg_catalog.pg_notify('pglease', (1/0)::text)") // division by zero, whenever it is planned
 	defer restore()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
