@@ -54,24 +54,7 @@ func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, ckey, id s
 	pause := retryPause / 10
 	var last error // what kept the last attempt from a grant, for a Lock cut by ctx
 	fail := func(e error) error {
-		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-			// A read or dial bounded by ctx's deadline may time out a
-			// moment before ctx reports it: report ctx's error all the
-			// same.
-			<-ctx.Done()
-		}
-		// Decided before giveUp, which may outlast ctx.
-		err := e
-		if ctx.Err() != nil {
-			cause := last
-			if isServerError(e) {
-				cause = e
-			}
-			err = ctx.Err()
-			if cause != nil {
-				err = fmt.Errorf("%w (the last attempt: %w)", ctx.Err(), cause)
-			}
-		}
+		err := lockError(ctx, e, last) // decided before giveUp, which may outlast ctx
 		if sent {
 			c.giveUp(ep, key, ckey, id)
 		}
@@ -460,20 +443,7 @@ func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, 
 	pause := retryPause / 10
 	var last error
 	fail := func(e error) error {
-		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-			<-ctx.Done()
-		}
-		err := e
-		if ctx.Err() != nil {
-			cause := last
-			if isServerError(e) {
-				cause = e
-			}
-			err = ctx.Err()
-			if cause != nil {
-				err = fmt.Errorf("%w (the last attempt: %w)", ctx.Err(), cause)
-			}
-		}
+		err := lockError(ctx, e, last) // decided before giveUp, which may outlast ctx
 		if sent {
 			s.giveUp(c, key, ckey, id)
 		}
@@ -612,4 +582,26 @@ return n
 	g.cmd.pipeShared(ctx, s.bound, []any{"EVAL", script, "2", key, ckey, id}) //nolint:errcheck // the keys expire if this fails
 	s.wake(key)
 	s.wake(ckey)
+}
+
+// lockError is the error of a Lock that stops at e: ctx's error once ctx
+// is done, with the cause of the last attempt (or e, if the server gave
+// it), and e otherwise.
+func lockError(ctx context.Context, e, last error) error {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		// A read or dial bounded by ctx's deadline may time out a moment
+		// before ctx reports it: report ctx's error all the same.
+		<-ctx.Done()
+	}
+	if ctx.Err() == nil {
+		return e
+	}
+	cause := last
+	if isServerError(e) {
+		cause = e
+	}
+	if cause == nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w (the last attempt: %w)", ctx.Err(), cause)
 }
