@@ -72,6 +72,18 @@ type Counts struct {
 	LossEvents int `json:"loss_events"`
 	Handovers  int `json:"handovers"`
 	Writes     int `json:"writes"`
+	// Refused is how many of the writes the fenced register refused.
+	Refused int `json:"refused,omitempty"`
+	// The writes sent to the real store of a run with -register, through
+	// its fence (history.Store): how many it answered, how many of them it
+	// refused as stale, and how many it accepted with a token below one
+	// of a write it had accepted before this one was sent (its answer
+	// came before this one's send). Store writes whose answers overlap
+	// are not ordered; a write whose outcome is not known raises no
+	// threshold. A stale write accepted is a violation.
+	StoreWrites              int `json:"store_writes,omitempty"`
+	StoreRefused             int `json:"store_refused,omitempty"`
+	StoreStaleWritesAccepted int `json:"store_stale_writes_accepted,omitempty"`
 }
 
 // Add adds o to c.
@@ -87,14 +99,19 @@ func (c *Counts) Add(o Counts) {
 	c.LossEvents += o.LossEvents
 	c.Handovers += o.Handovers
 	c.Writes += o.Writes
+	c.Refused += o.Refused
+	c.StoreWrites += o.StoreWrites
+	c.StoreRefused += o.StoreRefused
+	c.StoreStaleWritesAccepted += o.StoreStaleWritesAccepted
 }
 
 // Violations is the sum of the counts that must be zero: the overlaps and
 // unsafe writes not explained by a stopped holder, an erasure's race, a
 // server's clock beyond the margin or a write in flight at the loss, and
-// the stale writes accepted.
+// the stale writes accepted, by the harness's register or by the real
+// store.
 func (c Counts) Violations() int {
-	return c.Overlaps + c.UnsafeWrites - c.StoppedHolder - c.Raced - c.Clock - c.InFlight + c.StaleWritesAccepted
+	return c.Overlaps + c.UnsafeWrites - c.StoppedHolder - c.Raced - c.Clock - c.InFlight + c.StaleWritesAccepted + c.StoreStaleWritesAccepted
 }
 
 // A Fault is a window in which the harness made a fault, on the history's
@@ -143,7 +160,7 @@ type Options struct {
 // A Finding is one violation, described for a person.
 type Finding struct {
 	Lock string
-	Kind string // "overlap", "unsafe write", "stale write accepted", "not linearizable"
+	Kind string // "overlap", "unsafe write", "stale write accepted", "stale write accepted by the store", "not linearizable"
 	Text string
 }
 
@@ -219,6 +236,11 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 	var writes []history.Event    // writes as the register applied them
 	var sent []history.Event      // writes as their processes sent them
 	maxAccepted := int64(math.MinInt64)
+	// The real store's writes: the highest token of a write it accepted
+	// whose answer has come, and, for each process's write in flight,
+	// what that was when it was sent.
+	storeAccepted := int64(math.MinInt64)
+	storeSent := map[string]int64{}
 	var last *hold // the last hold to begin
 	for _, e := range events {
 		switch {
@@ -253,6 +275,9 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 		case e.F == history.Write && (e.Type == history.OK || e.Type == history.Fail):
 			writes = append(writes, e)
 			add(e.P, func(c *Counts) { c.Writes++ })
+			if e.Type == history.Fail {
+				add(e.P, func(c *Counts) { c.Refused++ })
+			}
 			if e.Type == history.OK {
 				if e.Token < maxAccepted {
 					add(e.P, func(c *Counts) { c.StaleWritesAccepted++ })
@@ -261,6 +286,28 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 				}
 				maxAccepted = max(maxAccepted, e.Token)
 			}
+		case e.F == history.Store && e.Type == history.Invoke:
+			storeSent[e.P] = storeAccepted
+		case e.F == history.Store:
+			before, ok := storeSent[e.P]
+			if !ok {
+				return fmt.Errorf("lock %s: %s's store write answered at %d was not sent", lock, e.P, e.T)
+			}
+			delete(storeSent, e.P)
+			if e.Type == history.Info {
+				break
+			}
+			add(e.P, func(c *Counts) { c.StoreWrites++ })
+			if e.Type == history.Fail {
+				add(e.P, func(c *Counts) { c.StoreRefused++ })
+				break
+			}
+			if e.Token < before {
+				add(e.P, func(c *Counts) { c.StoreStaleWritesAccepted++ })
+				res.Findings = append(res.Findings, Finding{lock, "stale write accepted by the store",
+					fmt.Sprintf("%s's store write answered at %d with token %d accepted, sent after the store had accepted token %d", e.P, e.T, e.Token, before)})
+			}
+			storeAccepted = max(storeAccepted, e.Token)
 		}
 	}
 
