@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/zukhruf/lease/fencing"
+	"github.com/zukhruf/lease/internal/lockset/check"
 	"github.com/zukhruf/lease/internal/lockset/history"
 )
 
@@ -159,6 +160,7 @@ func (c *client) loop(ctx context.Context, l locker) {
 			case <-released:
 			}
 		}()
+		c.advance(ctx, token) // after the watcher starts: a loss meanwhile is stamped when it comes
 		keep := 1 + c.rng.IntN(8) // writes before a release, if the lock lasts
 		for n := 0; h.held() && ctx.Err() == nil; n++ {
 			if n == keep {
@@ -228,9 +230,24 @@ func (c *client) write(ctx context.Context, token, value int64) {
 	}
 	// No check of the lease between the two writes: the store sees what
 	// the harness's register saw, a moment later.
+	c.storeCall(ctx, token, value, func(ctx context.Context) error { return c.store.write(ctx, c.cfg.lock, token, value) })
+}
+
+// advance raises the real store's fence to token right after the grant,
+// as a user of a fence does (the harness's register is not raised): from
+// then on the store refuses the writes of every older holder.
+func (c *client) advance(ctx context.Context, token int64) {
+	if c.store != nil {
+		c.storeCall(ctx, token, check.StoreAdvance, func(ctx context.Context) error { return c.store.advance(ctx, c.cfg.lock, token) })
+	}
+}
+
+// storeCall makes call, a write of value or an advance, to the real store
+// within a TTL, and stamps its invoke and its answer.
+func (c *client) storeCall(ctx context.Context, token int64, value any, call func(context.Context) error) {
 	c.emit(history.Store, history.Invoke, token, value)
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.ttl)
-	err = c.store.write(sctx, c.cfg.lock, token, value)
+	err := call(sctx)
 	cancel()
 	switch {
 	case err == nil:

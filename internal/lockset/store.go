@@ -277,6 +277,9 @@ type storeWriter interface {
 	// check: an error wrapping fencing.ErrStale when the store refused it
 	// as stale, another error when its outcome is not known.
 	write(ctx context.Context, lock string, token, value int64) error
+	// advance raises the fence to token without a write: the call a new
+	// holder makes right after the grant.
+	advance(ctx context.Context, lock string, token int64) error
 	close()
 }
 
@@ -343,6 +346,10 @@ func (s *sqlStore) write(ctx context.Context, lock string, token, value int64) e
 	return tx.Commit()
 }
 
+func (s *sqlStore) advance(ctx context.Context, lock string, token int64) error {
+	return s.fence.Advance(ctx, s.db, lock, token)
+}
+
 func (s *sqlStore) close() { s.db.Close() }
 
 type redisStore struct{ rdb *redis.Client }
@@ -351,12 +358,20 @@ func (s redisStore) write(ctx context.Context, lock string, token, value int64) 
 	return redisfence.Fence{Client: s.rdb}.Set(ctx, storeKeyPrefix+lock, token, strconv.FormatInt(value, 10))
 }
 
+func (s redisStore) advance(ctx context.Context, lock string, token int64) error {
+	return redisfence.Fence{Client: s.rdb}.Advance(ctx, storeKeyPrefix+lock, token)
+}
+
 func (s redisStore) close() { s.rdb.Close() }
 
 type etcdStore struct{ cli *clientv3.Client }
 
 func (s etcdStore) write(ctx context.Context, lock string, token, value int64) error {
 	return etcdfence.Fence{KV: s.cli}.Put(ctx, storeKeyPrefix+lock, token, strconv.FormatInt(value, 10))
+}
+
+func (s etcdStore) advance(ctx context.Context, lock string, token int64) error {
+	return etcdfence.Fence{KV: s.cli}.Advance(ctx, storeKeyPrefix+lock, token)
 }
 
 func (s etcdStore) close() { s.cli.Close() }
@@ -369,8 +384,18 @@ type memoryStore struct {
 }
 
 func (s memoryStore) write(ctx context.Context, lock string, token, value int64) error {
+	return s.post(ctx, lock, token, s.url+"?"+url.Values{"value": {strconv.FormatInt(value, 10)}}.Encode())
+}
+
+// advance sends a request with no value: the handler behind the fence
+// writes nothing, and the fence is raised.
+func (s memoryStore) advance(ctx context.Context, lock string, token int64) error {
+	return s.post(ctx, lock, token, s.url)
+}
+
+func (s memoryStore) post(ctx context.Context, lock string, token int64, url string) error {
 	ctx = fencing.WithToken(ctx, lock, token)
-	req, err := http.NewRequestWithContext(ctx, "POST", s.url+"?"+url.Values{"value": {strconv.FormatInt(value, 10)}}.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, "POST", url, nil)
 	if err != nil {
 		return err
 	}

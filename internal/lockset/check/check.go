@@ -84,6 +84,13 @@ type Counts struct {
 	StoreWrites              int `json:"store_writes,omitempty"`
 	StoreRefused             int `json:"store_refused,omitempty"`
 	StoreStaleWritesAccepted int `json:"store_stale_writes_accepted,omitempty"`
+	// StoreAdvances is how many raises of the store's fence without a
+	// write, right after a grant (a store event whose invoke's value is
+	// "advance"), the store answered, and StoreAdvancesRefused how many
+	// of them it refused. An advance accepted raises the threshold of
+	// the writes sent after its answer.
+	StoreAdvances        int `json:"store_advances,omitempty"`
+	StoreAdvancesRefused int `json:"store_advances_refused,omitempty"`
 }
 
 // Add adds o to c.
@@ -103,6 +110,8 @@ func (c *Counts) Add(o Counts) {
 	c.StoreWrites += o.StoreWrites
 	c.StoreRefused += o.StoreRefused
 	c.StoreStaleWritesAccepted += o.StoreStaleWritesAccepted
+	c.StoreAdvances += o.StoreAdvances
+	c.StoreAdvancesRefused += o.StoreAdvancesRefused
 }
 
 // Violations is the sum of the counts that must be zero: the overlaps and
@@ -240,7 +249,11 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 	// whose answer has come, and, for each process's write in flight,
 	// what that was when it was sent.
 	storeAccepted := int64(math.MinInt64)
-	storeSent := map[string]int64{}
+	type storeCall struct {
+		before  int64 // storeAccepted at the send
+		advance bool
+	}
+	storeSent := map[string]storeCall{}
 	var last *hold // the last hold to begin
 	for _, e := range events {
 		switch {
@@ -287,25 +300,33 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 				maxAccepted = max(maxAccepted, e.Token)
 			}
 		case e.F == history.Store && e.Type == history.Invoke:
-			storeSent[e.P] = storeAccepted
+			storeSent[e.P] = storeCall{before: storeAccepted, advance: e.Value == StoreAdvance}
 		case e.F == history.Store:
-			before, ok := storeSent[e.P]
+			call, ok := storeSent[e.P]
 			if !ok {
-				return fmt.Errorf("lock %s: %s's store write answered at %d was not sent", lock, e.P, e.T)
+				return fmt.Errorf("lock %s: %s's store call answered at %d was not sent", lock, e.P, e.T)
 			}
 			delete(storeSent, e.P)
 			if e.Type == history.Info {
 				break
 			}
-			add(e.P, func(c *Counts) { c.StoreWrites++ })
-			if e.Type == history.Fail {
-				add(e.P, func(c *Counts) { c.StoreRefused++ })
-				break
+			switch {
+			case call.advance && e.Type == history.Fail:
+				add(e.P, func(c *Counts) { c.StoreAdvances++; c.StoreAdvancesRefused++ })
+			case call.advance:
+				add(e.P, func(c *Counts) { c.StoreAdvances++ })
+			case e.Type == history.Fail:
+				add(e.P, func(c *Counts) { c.StoreWrites++; c.StoreRefused++ })
+			default:
+				add(e.P, func(c *Counts) { c.StoreWrites++ })
+				if e.Token < call.before {
+					add(e.P, func(c *Counts) { c.StoreStaleWritesAccepted++ })
+					res.Findings = append(res.Findings, Finding{lock, "stale write accepted by the store",
+						fmt.Sprintf("%s's store write answered at %d with token %d accepted, sent after the store had accepted token %d", e.P, e.T, e.Token, call.before)})
+				}
 			}
-			if e.Token < before {
-				add(e.P, func(c *Counts) { c.StoreStaleWritesAccepted++ })
-				res.Findings = append(res.Findings, Finding{lock, "stale write accepted by the store",
-					fmt.Sprintf("%s's store write answered at %d with token %d accepted, sent after the store had accepted token %d", e.P, e.T, e.Token, before)})
+			if e.Type == history.Fail {
+				break
 			}
 			storeAccepted = max(storeAccepted, e.Token)
 		}
@@ -416,6 +437,10 @@ func endText(a, b *hold) string {
 	}
 	return fmt.Sprintf("which it lost or released %v later", time.Duration(a.end-b.start))
 }
+
+// StoreAdvance is the value of the invoke of a store event that raises the
+// store's fence without a write (history.Store).
+const StoreAdvance = "advance"
 
 // PauseHolder is the kind of the fault that stops a holder's process.
 const PauseHolder = "pause-holder"

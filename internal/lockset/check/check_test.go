@@ -14,7 +14,7 @@ import (
 )
 
 // parse reads a hand-made history, one event a line: time process f type
-// [token], on lock "a", as in "10 lease-1 acquire ok 3".
+// [token [value]], on lock "a", as in "10 lease-1 acquire ok 3".
 func parse(t *testing.T, text string) []history.Event {
 	t.Helper()
 	var b strings.Builder
@@ -32,6 +32,9 @@ func parse(t *testing.T, text string) []history.Event {
 		e.T, e.P, e.F, e.Type = atoi(t, f[0]), f[1], f[2], f[3]
 		if len(f) > 4 {
 			e.Token = atoi(t, f[4])
+		}
+		if len(f) > 5 {
+			e.Value = f[5]
 		}
 		if err := w.Write(e); err != nil {
 			t.Fatal(err)
@@ -160,6 +163,31 @@ func TestVerdicts(t *testing.T) {
 			109 peer-2 store invoke 2
 			110 peer-2 store ok 2`,
 		want:   Counts{Handovers: 1, StoreWrites: 3, StoreRefused: 1},
+		linear: porcupine.Ok,
+	}, {
+		name: "the next holder's advance, answered before the old holder's store write was sent, makes it stale",
+		text: `
+			101 peer-1 acquire ok 1
+			102 peer-1 release invoke
+			103 peer-1 release ok
+			104 peer-2 acquire ok 2
+			105 peer-2 store invoke 2 advance
+			106 peer-2 store ok 2
+			107 peer-1 store invoke 1
+			108 peer-1 store ok 1`,
+		want:   Counts{Handovers: 1, StoreAdvances: 1, StoreWrites: 1, StoreStaleWritesAccepted: 1},
+		linear: porcupine.Ok,
+	}, {
+		name: "an advance refused is counted apart from the writes",
+		text: `
+			101 peer-2 acquire ok 2
+			105 peer-2 store invoke 2 advance
+			106 peer-2 store ok 2
+			107 peer-1 store invoke 1 advance
+			108 peer-1 store fail 1
+			109 peer-1 store invoke 1
+			110 peer-1 store fail 1`,
+		want:   Counts{StoreAdvances: 2, StoreAdvancesRefused: 1, StoreWrites: 1, StoreRefused: 1},
 		linear: porcupine.Ok,
 	}, {
 		name: "store writes whose calls overlap are not ordered, and an unknown outcome raises no threshold",
