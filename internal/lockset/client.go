@@ -160,7 +160,7 @@ func (c *client) loop(ctx context.Context, l locker) {
 			case <-released:
 			}
 		}()
-		c.advance(ctx, token) // after the watcher starts: a loss meanwhile is stamped when it comes
+		c.advance(ctx, token)     // after the watcher starts: a loss meanwhile is stamped when it comes
 		keep := 1 + c.rng.IntN(8) // writes before a release, if the lock lasts
 		for n := 0; h.held() && ctx.Err() == nil; n++ {
 			if n == keep {
