@@ -94,9 +94,12 @@ func (f SQL) CreateTable(ctx context.Context, db *sql.DB) error {
 // The compare and the raise are one statement, which locks the fence's row
 // until tx ends: a newer holder's Check waits for tx to commit or roll
 // back, and an older holder's Check, once tx committed, is refused. On
-// PostgreSQL it is one round trip (two on a refusal, which reads the
-// current token); on MySQL and MariaDB two, the second reading the raised
-// row under its lock. After a refusal the caller must roll tx back.
+// PostgreSQL it is one statement (two on a refusal, which reads the
+// current token); on MySQL and MariaDB one, whose answer carries the
+// fence's token in its LAST_INSERT_ID: Check leaves the session's
+// LAST_INSERT_ID() at the fence's token, so read an auto-increment id you
+// need from your insert's [sql.Result] or before Check. After a refusal
+// the caller must roll tx back.
 //
 // Under REPEATABLE READ or SERIALIZABLE, PostgreSQL answers a fence raised
 // by a transaction that committed after tx's snapshot with a serialization
@@ -131,17 +134,26 @@ func (f SQL) Check(ctx context.Context, tx *sql.Tx, resource string, token int64
 			return fmt.Errorf("fencing: read the fence of %q after a refusal: %w", resource, err)
 		}
 	case MySQL:
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+t+" (resource, token) VALUES (?, ?) "+
-			"ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))", resource, token); err != nil {
+		// The row is inserted, raised, or left as it is, and either way
+		// LAST_INSERT_ID(expr) puts the token it holds after the statement
+		// into the OK packet, which the driver returns as the result's
+		// LastInsertId: no second statement reads it. The affected-rows
+		// count would not tell a refusal from an equal token, nor, with the
+		// driver's clientFoundRows, from an insert. LAST_INSERT_ID is
+		// unsigned; the casts keep a negative token's bits.
+		res, err := tx.ExecContext(ctx, "INSERT INTO "+t+" (resource, token) VALUES (?, CAST(LAST_INSERT_ID(?) AS SIGNED)) "+
+			"ON DUPLICATE KEY UPDATE token = CAST(LAST_INSERT_ID(GREATEST(token, VALUES(token))) AS SIGNED)", resource, token)
+		if err != nil {
 			return fmt.Errorf("fencing: raise the fence of %q: %w", resource, err)
 		}
-		// A locking read: the latest committed row, which the statement
-		// above locked, whatever snapshot tx read before.
-		if err := tx.QueryRowContext(ctx, "SELECT token FROM "+t+" WHERE resource = ? FOR UPDATE", resource).Scan(&current); err != nil {
-			return fmt.Errorf("fencing: read the fence of %q: %w", resource, err)
+		if current, err = res.LastInsertId(); err != nil {
+			return fmt.Errorf("fencing: raise the fence of %q: the driver gives no LastInsertId: %w", resource, err)
 		}
-		if current <= token {
+		if current == token {
 			return nil
+		}
+		if current < token {
+			return fmt.Errorf("fencing: raise the fence of %q to %d: the server answered %d, not the fence's token (is the driver go-sql-driver/mysql, and the server MySQL or MariaDB?)", resource, token, current)
 		}
 	}
 	return &StaleError{Resource: resource, Token: token, Current: current}

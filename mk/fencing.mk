@@ -11,6 +11,11 @@
 FENCING_SQL     := fencing/internal/sqltest
 FENCING_MODULES := $(FENCING_SQL) fencing/pgxfence fencing/redisfence fencing/etcdfence
 FENCING_ENV      = PGBIN=$(PG_BIN) $(MYSQL_ENV) $(REDIS_ENV)
+# The starters of the real PostgreSQL and MariaDB servers that the SQL
+# fence's tests run against: internal/testservers, a module of its own that
+# is never published, which fencing/internal/sqltest requires through a
+# replace; its own tests start each server.
+FENCING_MODULES += internal/testservers
 
 .PHONY: e2e-fencing bench-fencing lint-fencing demo-fencing
 

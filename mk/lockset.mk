@@ -19,6 +19,7 @@ CLIENTS ?= 5
 LOCKS_PER_PROCESS ?= 1
 PARALLEL ?= false
 HISTORY ?=
+REGISTER ?=
 
 .PHONY: test-lockset lint-lockset lockset lockset-all lockset-smoke lockcheck lockset-kube lockset-redis faketime-deps e2e-fakeclock
 
@@ -34,7 +35,8 @@ LOCKSET_KUBE = $(or $(TMPDIR),/tmp)/lockset-kube
 # Cluster, by its internal package redistest), built here.
 LOCKSET_REDIS = $(or $(TMPDIR),/tmp)/lockset-redis
 # Redis's clock mix runs its server under libfaketime (faketime-deps).
-LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps lockset-redis) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube) $(if $(filter clock,$(MIX)),faketime-deps)
+LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps lockset-redis) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube) $(if $(filter clock,$(MIX)),faketime-deps) \
+	$(if $(filter redis,$(REGISTER)),redis-deps) $(if $(filter pg,$(REGISTER)),pg-deps) $(if $(filter mysql,$(REGISTER)),mysql-deps)
 LOCKSET_ENV  = REDIS_SERVER=$(REDIS_SERVER) REDIS_SENTINEL=$(REDIS_SENTINEL) PGBIN=$(PG_BIN) $(MYSQL_ENV) LOCKSET_KUBE=$(LOCKSET_KUBE) LOCKSET_REDIS=$(LOCKSET_REDIS)
 
 TEST_STEPS += test-lockset
@@ -55,7 +57,14 @@ lint-lockset:
 ## (3), CLIENTS contenders a lock (5), the peer's clients beside the
 ## issuer's; prints the run's folder and each side's counts, and fails on
 ## an overlap, an unsafe write or a stale write accepted that nothing
-## excuses. LOCKS_PER_PROCESS (1) is how many locks each contender process
+## excuses. REGISTER (pg, mysql, redis, etcd or memory; none by default)
+## keeps the register in that real store too, started beside the
+## harness's register and outside the faults: each write goes to both, to
+## the store through its fence of package fencing, and the counts of each
+## side give the store's writes, refusals and stale writes accepted beside
+## the harness register's:
+##   make lockset ISSUER=pg REGISTER=mysql MIX=process
+## LOCKS_PER_PROCESS (1) is how many locks each contender process
 ## of the leases takes at once through one client, its leases sharing the
 ## client's sessions; LOCKS must be a multiple of it, and the peer then
 ## has LOCKS/LOCKS_PER_PROCESS locks, one a process:
@@ -63,7 +72,7 @@ lint-lockset:
 lockset: $(call LOCKSET_DEPS,$(ISSUER))
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_ENV) $(LOCKSET_BIN) run -issuer $(ISSUER) -seconds $(SECONDS) -seed $(SEED) -mix $(MIX) \
-			-locks $(LOCKS) -clients $(CLIENTS) -perprocess $(LOCKS_PER_PROCESS)
+			-locks $(LOCKS) -clients $(CLIENTS) -perprocess $(LOCKS_PER_PROCESS) $(if $(REGISTER),-register $(REGISTER))
 
 ## lockset-all: for every issuer, SEEDS runs (10) of SECONDS each, seed n
 ## with the fault mix n-1 modulo the issuer's (all, network, server,

@@ -21,13 +21,15 @@ import (
 var errViolation = errors.New("the history has violations")
 
 // A summary is summary.json, whose shape is fixed: other tools read it.
-// Mix (the fault mix) and LossWindowNS (how long after a fault a loss is
-// still its consequence, for a later check of the history) are additions.
+// Mix (the fault mix), Register (the real store of -register) and
+// LossWindowNS (how long after a fault a loss is still its consequence,
+// for a later check of the history) are additions.
 type summary struct {
 	Issuer       string        `json:"issuer"`
 	Mix          string        `json:"mix,omitempty"`
 	Seed         int64         `json:"seed"`
 	Seconds      int           `json:"seconds"`
+	Register     string        `json:"register,omitempty"`
 	Faults       []check.Fault `json:"faults"`
 	Lease        check.Counts  `json:"lease"`
 	Peer         check.Counts  `json:"peer"`

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zukhruf/lease/fencing"
+	"github.com/zukhruf/lease/internal/lockset/check"
 	"github.com/zukhruf/lease/internal/lockset/history"
 )
 
@@ -51,6 +53,7 @@ type holding interface {
 type clientConfig struct {
 	issuer, side, p, lock string // lock: the process's locks, separated by commas
 	endpoint, register    string
+	store                 string // the real store's kind=addr (a run's -register), or ""
 	servers               string // the servers' own addresses, each reached through the proxy at its index in endpoint
 	ttl                   time.Duration
 	seed                  uint64
@@ -71,6 +74,7 @@ func clientMain(args []string) error {
 	fs.StringVar(&c.endpoint, "endpoint", "", "the server's addresses, through the process's fault proxies")
 	fs.StringVar(&c.servers, "servers", "", "the server's own addresses, in the order of -endpoint")
 	fs.StringVar(&c.register, "register", "", "the register's URL")
+	fs.StringVar(&c.store, "store", "", "the real store the register is also written to, kind=addr, or none")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "the lease's TTL")
 	fs.Uint64Var(&c.seed, "seed", 1, "")
 	fs.Parse(args)
@@ -91,13 +95,20 @@ func clientMain(args []string) error {
 		// hundreds of locks would dial the register at each request.
 		hc.Transport = &http.Transport{MaxIdleConnsPerHost: len(locks)}
 	}
+	var store storeWriter
+	if c.store != "" {
+		if store, err = openStore(c.store, c.ttl, hc); err != nil {
+			return err
+		}
+		defer store.close()
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, lock := range locks {
 		cfg := c
 		cfg.lock = lock
 		// The first lock's loop draws what a process of one lock drew.
-		cl := &client{cfg: cfg, out: out, rng: rand.New(rand.NewPCG(c.seed, 0x10c5e7+uint64(i))), http: hc, mu: &mu}
+		cl := &client{cfg: cfg, out: out, rng: rand.New(rand.NewPCG(c.seed, 0x10c5e7+uint64(i))), http: hc, mu: &mu, store: store}
 		wg.Go(func() { cl.loop(ctx, l) })
 	}
 	wg.Wait()
@@ -110,6 +121,9 @@ type client struct {
 	rng  *rand.Rand
 	http *http.Client
 	mu   *sync.Mutex // serializes the events of the process's loops and loss watchers
+	// store is the run's real store (-register), or nil: each write goes
+	// to it too, through its fence, right after the harness's register.
+	store storeWriter
 }
 
 func (c *client) emit(f, typ string, token int64, value any) {
@@ -146,6 +160,7 @@ func (c *client) loop(ctx context.Context, l locker) {
 			case <-released:
 			}
 		}()
+		c.advance(ctx, token)     // after the watcher starts: a loss meanwhile is stamped when it comes
 		keep := 1 + c.rng.IntN(8) // writes before a release, if the lock lasts
 		for n := 0; h.held() && ctx.Err() == nil; n++ {
 			if n == keep {
@@ -200,7 +215,8 @@ func (c *client) read(ctx context.Context) (int64, bool) {
 }
 
 // write sends the register the value with the token; the register stamps
-// the outcome in the history.
+// the outcome in the history. With a real store, it then writes the store
+// through its fence and stamps the store's answer.
 func (c *client) write(ctx context.Context, token, value int64) {
 	c.emit(history.Write, history.Invoke, token, value)
 	q := url.Values{"lock": {c.cfg.lock}, "p": {c.cfg.p}, "token": {strconv.FormatInt(token, 10)}, "value": {strconv.FormatInt(value, 10)}}
@@ -208,5 +224,37 @@ func (c *client) write(ctx context.Context, token, value int64) {
 	resp, err := c.http.Do(req)
 	if err == nil {
 		resp.Body.Close()
+	}
+	if c.store == nil {
+		return
+	}
+	// No check of the lease between the two writes: the store sees what
+	// the harness's register saw, a moment later.
+	c.storeCall(ctx, token, value, func(ctx context.Context) error { return c.store.write(ctx, c.cfg.lock, token, value) })
+}
+
+// advance raises the real store's fence to token right after the grant,
+// as a user of a fence does (the harness's register is not raised): from
+// then on the store refuses the writes of every older holder.
+func (c *client) advance(ctx context.Context, token int64) {
+	if c.store != nil {
+		c.storeCall(ctx, token, check.StoreAdvance, func(ctx context.Context) error { return c.store.advance(ctx, c.cfg.lock, token) })
+	}
+}
+
+// storeCall makes call, a write of value or an advance, to the real store
+// within a TTL, and stamps its invoke and its answer.
+func (c *client) storeCall(ctx context.Context, token int64, value any, call func(context.Context) error) {
+	c.emit(history.Store, history.Invoke, token, value)
+	sctx, cancel := context.WithTimeout(ctx, c.cfg.ttl)
+	err := call(sctx)
+	cancel()
+	switch {
+	case err == nil:
+		c.emit(history.Store, history.OK, token, value)
+	case errors.Is(err, fencing.ErrStale):
+		c.emit(history.Store, history.Fail, token, err.Error())
+	default:
+		c.emit(history.Store, history.Info, token, err.Error())
 	}
 }

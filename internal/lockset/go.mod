@@ -89,6 +89,8 @@ require (
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
 	github.com/xiang90/probing v0.0.0-20221125231312-a49e3df8f510 // indirect
+	github.com/zukhruf/lease/fencing/etcdfence v0.1.0
+	github.com/zukhruf/lease/fencing/redisfence v0.1.0
 	github.com/zukhruf/lease/issuers/k8slease v0.1.0
 	github.com/zukhruf/lease/issuers/mysqllease v0.1.0
 	github.com/zukhruf/lease/issuers/pglease v0.1.0
@@ -135,3 +137,7 @@ replace github.com/zukhruf/lease/issuers/pglease => ../../issuers/pglease
 replace github.com/zukhruf/lease/issuers/mysqllease => ../../issuers/mysqllease
 
 replace github.com/zukhruf/lease/issuers/k8slease => ../../issuers/k8slease
+
+replace github.com/zukhruf/lease/fencing/redisfence => ../../fencing/redisfence
+
+replace github.com/zukhruf/lease/fencing/etcdfence => ../../fencing/etcdfence

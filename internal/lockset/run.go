@@ -177,6 +177,7 @@ type runConfig struct {
 	perLock, locks int
 	perProcess     int // locks a contender process of the leases contends for at once
 	ttl            time.Duration
+	register       string // the real store the holders also write through its fence, or ""
 }
 
 func (c *runConfig) flags(fs *flag.FlagSet) {
@@ -189,6 +190,7 @@ func (c *runConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.perProcess, "perprocess", 1, "locks each contender process of the leases contends for at once, through one client (its leases share its sessions); -locks must be a multiple")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "the leases' TTL")
 	fs.StringVar(&c.mix, "mix", "all", "the fault mix: "+strings.Join(mixes, ", ")+", or Redis's clock")
+	fs.StringVar(&c.register, "register", "", "a real store the holders also write the register to, through its fence of package fencing: "+strings.Join(stores, ", ")+" (default: the harness's register alone)")
 }
 
 func runMain(args []string) error {
@@ -272,7 +274,20 @@ func run(c runConfig) (check.Result, summary, error) {
 	if err != nil {
 		return res, sum, err
 	}
-	hs := &http.Server{Handler: reg}
+	mux := http.NewServeMux()
+	mux.Handle("/", reg)
+	registerURL := "http://" + ln.Addr().String()
+	var store string // the clients' -store
+	if c.register != "" {
+		s, err := r.startStore(c.register, mux, registerURL)
+		if err != nil {
+			return res, sum, err
+		}
+		defer s.stop()
+		store = s.kind + "=" + s.addr
+		fmt.Printf("lockset: the register also in %s at %s, through its fence\n", s.kind, s.addr)
+	}
+	hs := &http.Server{Handler: mux}
 	go hs.Serve(ln)
 	defer hs.Close()
 
@@ -290,7 +305,7 @@ func run(c runConfig) (check.Result, summary, error) {
 			return res, sum, err
 		}
 		for _, locks := range procs {
-			if err := r.startClient(side, locks, endpoint, "http://"+ln.Addr().String(), uint64(c.seed)); err != nil {
+			if err := r.startClient(side, locks, endpoint, registerURL, store, uint64(c.seed)); err != nil {
 				r.stopClients()
 				return res, sum, err
 			}
@@ -331,7 +346,7 @@ func run(c runConfig) (check.Result, summary, error) {
 	if err != nil {
 		return res, sum, err
 	}
-	sum = summary{Issuer: c.issuer, Mix: c.mix, Seed: c.seed, Seconds: c.seconds, Faults: r.faults,
+	sum = summary{Issuer: c.issuer, Mix: c.mix, Seed: c.seed, Seconds: c.seconds, Register: c.register, Faults: r.faults,
 		Lease: res.Sides["lease"], Peer: res.Sides["peer"], LossWindowNS: int64(window), TTLNS: int64(r.ttl)}
 	if sum.Faults == nil {
 		sum.Faults = []check.Fault{}
@@ -504,7 +519,7 @@ func startPiped(name string, cmd *exec.Cmd) (*proc, io.ReadCloser, error) {
 	return &proc{name: name, cmd: cmd, done: make(chan struct{})}, stdout, nil
 }
 
-func (r *runner) startClient(side string, locks []string, endpoint, register string, seed uint64) error {
+func (r *runner) startClient(side string, locks []string, endpoint, register, store string, seed uint64) error {
 	var proxies []*faultnet.Proxy
 	var addrs []string
 	for _, e := range strings.Split(endpoint, ",") {
@@ -517,7 +532,7 @@ func (r *runner) startClient(side string, locks []string, endpoint, register str
 	}
 	name := fmt.Sprintf("%s-%d", side, len(r.clients)+1)
 	cmd := exec.Command(r.self, "client", "-issuer", r.issuer, "-side", side, "-p", name, "-lock", strings.Join(locks, ","),
-		"-endpoint", strings.Join(addrs, ","), "-servers", endpoint, "-register", register, "-ttl", r.ttl.String(), "-seed", strconv.FormatUint(seed*1000+uint64(len(r.clients)), 10))
+		"-endpoint", strings.Join(addrs, ","), "-servers", endpoint, "-register", register, "-store", store, "-ttl", r.ttl.String(), "-seed", strconv.FormatUint(seed*1000+uint64(len(r.clients)), 10))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()

@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/zukhruf/lease => ../../..
 	github.com/zukhruf/lease/fencing/pgxfence => ../../pgxfence
+	github.com/zukhruf/lease/internal/testservers => ../../../internal/testservers
 	github.com/zukhruf/lease/issuers/redislease => ../../../issuers/redislease
 )
 
@@ -14,6 +15,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/zukhruf/lease v0.1.0
 	github.com/zukhruf/lease/fencing/pgxfence v0.1.0
+	github.com/zukhruf/lease/internal/testservers v0.0.0
 	github.com/zukhruf/lease/issuers/redislease v0.1.0
 	go.uber.org/goleak v1.3.0
 )

@@ -8,9 +8,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/zukhruf/lease/fencing/internal/sqltest/mysqlserver"
-	"github.com/zukhruf/lease/fencing/internal/sqltest/pgserver"
 	"github.com/zukhruf/lease/fencingtest"
+	"github.com/zukhruf/lease/internal/testservers/mysqlserver"
+	"github.com/zukhruf/lease/internal/testservers/pgserver"
 )
 
 // addrs are the servers' addresses by dialect, empty in a child process of

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/zukhruf/lease/fencing"
 )
 
@@ -209,5 +211,88 @@ func BenchmarkWrite(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// questions returns the statements the server has run for conn's session
+// (MariaDB's and MySQL's Questions, which counts the statement that reads
+// it too).
+func questions(t *testing.T, ctx context.Context, tx *sql.Tx) int64 {
+	t.Helper()
+	var name string
+	var n int64
+	if err := tx.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// On MariaDB, Check costs the server as many statements as one upsert of
+// the caller's, whatever it answers: the fenced write is one statement more
+// than the unfenced one.
+func TestCheckMySQLOneStatement(t *testing.T) {
+	ctx := context.Background()
+	d, db := openDB(t, "MySQL")
+	r := resource(t)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	before := questions(t, ctx, tx)
+	if _, err := tx.ExecContext(ctx, d.upsert, r+"-data", "row", 1); err != nil {
+		t.Fatal(err)
+	}
+	upsert := questions(t, ctx, tx) - before
+	for _, c := range []struct {
+		name  string
+		token int64
+		stale bool
+	}{{"insert", 5, false}, {"equal", 5, false}, {"raise", 7, false}, {"refusal", 6, true}} {
+		before := questions(t, ctx, tx)
+		err := d.fence.Check(ctx, tx, r, c.token)
+		if got := errors.Is(err, fencing.ErrStale); got != c.stale || err != nil && !c.stale {
+			t.Fatalf("%s: Check(%d) = %v, want stale %v", c.name, c.token, err, c.stale)
+		}
+		if n := questions(t, ctx, tx) - before; n != upsert {
+			t.Errorf("%s: Check ran %d statements, one upsert %d (each count with the read of the count)", c.name, n-1, upsert-1)
+		}
+	}
+}
+
+// The driver's clientFoundRows changes the affected-rows count of an
+// unchanged row from 0 to 1, the count of an insert: Check does not read
+// it. Negative tokens, which LAST_INSERT_ID holds unsigned, compare as
+// numbers.
+func TestCheckMySQLClientFoundRows(t *testing.T) {
+	ctx := context.Background()
+	for _, found := range []bool{false, true} {
+		t.Run(fmt.Sprintf("clientFoundRows=%v", found), func(t *testing.T) {
+			d := dialects["MySQL"]
+			c, err := mysql.ParseDSN(d.dsn(addrs["MySQL"]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.ClientFoundRows = found
+			db, err := sql.Open("mysql", c.FormatDSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			r := resource(t)
+			for _, s := range []struct {
+				token   int64
+				current int64 // the refusal's, 0 for an accepted write
+			}{{-9, 0}, {-9, 0}, {-12, -9}, {-3, 0}, {5, 0}, {5, 0}, {4, 5}, {1 << 62, 0}, {1<<62 - 1, 1 << 62}} {
+				err := d.fence.Advance(ctx, db, r, s.token)
+				var se *fencing.StaleError
+				switch {
+				case s.current == 0 && err != nil:
+					t.Fatalf("Advance(%d) = %v, want nil", s.token, err)
+				case s.current != 0 && (!errors.As(err, &se) || se.Current != s.current || se.Token != s.token):
+					t.Fatalf("Advance(%d) = %v, want a *StaleError %d, %d", s.token, err, s.token, s.current)
+				}
+			}
+		})
 	}
 }

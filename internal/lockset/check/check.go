@@ -72,6 +72,25 @@ type Counts struct {
 	LossEvents int `json:"loss_events"`
 	Handovers  int `json:"handovers"`
 	Writes     int `json:"writes"`
+	// Refused is how many of the writes the fenced register refused.
+	Refused int `json:"refused,omitempty"`
+	// The writes sent to the real store of a run with -register, through
+	// its fence (history.Store): how many it answered, how many of them it
+	// refused as stale, and how many it accepted with a token below one
+	// of a write it had accepted before this one was sent (its answer
+	// came before this one's send). Store writes whose answers overlap
+	// are not ordered; a write whose outcome is not known raises no
+	// threshold. A stale write accepted is a violation.
+	StoreWrites              int `json:"store_writes,omitempty"`
+	StoreRefused             int `json:"store_refused,omitempty"`
+	StoreStaleWritesAccepted int `json:"store_stale_writes_accepted,omitempty"`
+	// StoreAdvances is how many raises of the store's fence without a
+	// write, right after a grant (a store event whose invoke's value is
+	// "advance"), the store answered, and StoreAdvancesRefused how many
+	// of them it refused. An advance accepted raises the threshold of
+	// the writes sent after its answer.
+	StoreAdvances        int `json:"store_advances,omitempty"`
+	StoreAdvancesRefused int `json:"store_advances_refused,omitempty"`
 }
 
 // Add adds o to c.
@@ -87,14 +106,21 @@ func (c *Counts) Add(o Counts) {
 	c.LossEvents += o.LossEvents
 	c.Handovers += o.Handovers
 	c.Writes += o.Writes
+	c.Refused += o.Refused
+	c.StoreWrites += o.StoreWrites
+	c.StoreRefused += o.StoreRefused
+	c.StoreStaleWritesAccepted += o.StoreStaleWritesAccepted
+	c.StoreAdvances += o.StoreAdvances
+	c.StoreAdvancesRefused += o.StoreAdvancesRefused
 }
 
 // Violations is the sum of the counts that must be zero: the overlaps and
 // unsafe writes not explained by a stopped holder, an erasure's race, a
 // server's clock beyond the margin or a write in flight at the loss, and
-// the stale writes accepted.
+// the stale writes accepted, by the harness's register or by the real
+// store.
 func (c Counts) Violations() int {
-	return c.Overlaps + c.UnsafeWrites - c.StoppedHolder - c.Raced - c.Clock - c.InFlight + c.StaleWritesAccepted
+	return c.Overlaps + c.UnsafeWrites - c.StoppedHolder - c.Raced - c.Clock - c.InFlight + c.StaleWritesAccepted + c.StoreStaleWritesAccepted
 }
 
 // A Fault is a window in which the harness made a fault, on the history's
@@ -143,7 +169,7 @@ type Options struct {
 // A Finding is one violation, described for a person.
 type Finding struct {
 	Lock string
-	Kind string // "overlap", "unsafe write", "stale write accepted", "not linearizable"
+	Kind string // "overlap", "unsafe write", "stale write accepted", "stale write accepted by the store", "not linearizable"
 	Text string
 }
 
@@ -219,6 +245,15 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 	var writes []history.Event    // writes as the register applied them
 	var sent []history.Event      // writes as their processes sent them
 	maxAccepted := int64(math.MinInt64)
+	// The real store's writes: the highest token of a write it accepted
+	// whose answer has come, and, for each process's write in flight,
+	// what that was when it was sent.
+	storeAccepted := int64(math.MinInt64)
+	type storeCall struct {
+		before  int64 // storeAccepted at the send
+		advance bool
+	}
+	storeSent := map[string]storeCall{}
 	var last *hold // the last hold to begin
 	for _, e := range events {
 		switch {
@@ -253,6 +288,9 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 		case e.F == history.Write && (e.Type == history.OK || e.Type == history.Fail):
 			writes = append(writes, e)
 			add(e.P, func(c *Counts) { c.Writes++ })
+			if e.Type == history.Fail {
+				add(e.P, func(c *Counts) { c.Refused++ })
+			}
 			if e.Type == history.OK {
 				if e.Token < maxAccepted {
 					add(e.P, func(c *Counts) { c.StaleWritesAccepted++ })
@@ -261,6 +299,36 @@ func checkLock(lock string, events []history.Event, faults []Fault, o Options, r
 				}
 				maxAccepted = max(maxAccepted, e.Token)
 			}
+		case e.F == history.Store && e.Type == history.Invoke:
+			storeSent[e.P] = storeCall{before: storeAccepted, advance: e.Value == StoreAdvance}
+		case e.F == history.Store:
+			call, ok := storeSent[e.P]
+			if !ok {
+				return fmt.Errorf("lock %s: %s's store call answered at %d was not sent", lock, e.P, e.T)
+			}
+			delete(storeSent, e.P)
+			if e.Type == history.Info {
+				break
+			}
+			switch {
+			case call.advance && e.Type == history.Fail:
+				add(e.P, func(c *Counts) { c.StoreAdvances++; c.StoreAdvancesRefused++ })
+			case call.advance:
+				add(e.P, func(c *Counts) { c.StoreAdvances++ })
+			case e.Type == history.Fail:
+				add(e.P, func(c *Counts) { c.StoreWrites++; c.StoreRefused++ })
+			default:
+				add(e.P, func(c *Counts) { c.StoreWrites++ })
+				if e.Token < call.before {
+					add(e.P, func(c *Counts) { c.StoreStaleWritesAccepted++ })
+					res.Findings = append(res.Findings, Finding{lock, "stale write accepted by the store",
+						fmt.Sprintf("%s's store write answered at %d with token %d accepted, sent after the store had accepted token %d", e.P, e.T, e.Token, call.before)})
+				}
+			}
+			if e.Type == history.Fail {
+				break
+			}
+			storeAccepted = max(storeAccepted, e.Token)
 		}
 	}
 
@@ -369,6 +437,10 @@ func endText(a, b *hold) string {
 	}
 	return fmt.Sprintf("which it lost or released %v later", time.Duration(a.end-b.start))
 }
+
+// StoreAdvance is the value of the invoke of a store event that raises the
+// store's fence without a write (history.Store).
+const StoreAdvance = "advance"
 
 // PauseHolder is the kind of the fault that stops a holder's process.
 const PauseHolder = "pause-holder"

@@ -14,7 +14,7 @@ import (
 )
 
 // parse reads a hand-made history, one event a line: time process f type
-// [token], on lock "a", as in "10 lease-1 acquire ok 3".
+// [token [value]], on lock "a", as in "10 lease-1 acquire ok 3".
 func parse(t *testing.T, text string) []history.Event {
 	t.Helper()
 	var b strings.Builder
@@ -32,6 +32,9 @@ func parse(t *testing.T, text string) []history.Event {
 		e.T, e.P, e.F, e.Type = atoi(t, f[0]), f[1], f[2], f[3]
 		if len(f) > 4 {
 			e.Token = atoi(t, f[4])
+		}
+		if len(f) > 5 {
+			e.Value = f[5]
 		}
 		if err := w.Write(e); err != nil {
 			t.Fatal(err)
@@ -119,7 +122,7 @@ func TestVerdicts(t *testing.T) {
 			140 peer-2 acquire ok 2
 			145 peer-1 write fail 1
 			150 peer-1 lost`,
-		want:   Counts{Overlaps: 1, UnsafeWrites: 1, Handovers: 1, LossEvents: 1, Writes: 1},
+		want:   Counts{Overlaps: 1, UnsafeWrites: 1, Handovers: 1, LossEvents: 1, Writes: 1, Refused: 1},
 		linear: porcupine.Illegal,
 	}, {
 		name: "a stale write accepted",
@@ -134,6 +137,71 @@ func TestVerdicts(t *testing.T) {
 		want:   Counts{UnsafeWrites: 1, StaleWritesAccepted: 1, InFlight: 1, Handovers: 1, LossEvents: 1, Writes: 2},
 		linear: porcupine.Ok,
 	}, {
+		name: "the real store accepts a stale write: sent after the store answered a higher token's write",
+		text: `
+			101 peer-1 acquire ok 1
+			102 peer-1 release invoke
+			103 peer-1 release ok
+			104 peer-2 acquire ok 2
+			105 peer-2 store invoke 2
+			106 peer-2 store ok 2
+			107 peer-1 store invoke 1
+			108 peer-1 store ok 1`,
+		want:   Counts{Handovers: 1, StoreWrites: 2, StoreStaleWritesAccepted: 1},
+		linear: porcupine.Ok,
+	}, {
+		name: "the real store refuses the stale write, and the next holder's equal tokens pass",
+		text: `
+			101 peer-1 acquire ok 1
+			102 peer-1 release invoke
+			103 peer-1 release ok
+			104 peer-2 acquire ok 2
+			105 peer-2 store invoke 2
+			106 peer-2 store ok 2
+			107 peer-1 store invoke 1
+			108 peer-1 store fail 1
+			109 peer-2 store invoke 2
+			110 peer-2 store ok 2`,
+		want:   Counts{Handovers: 1, StoreWrites: 3, StoreRefused: 1},
+		linear: porcupine.Ok,
+	}, {
+		name: "the next holder's advance, answered before the old holder's store write was sent, makes it stale",
+		text: `
+			101 peer-1 acquire ok 1
+			102 peer-1 release invoke
+			103 peer-1 release ok
+			104 peer-2 acquire ok 2
+			105 peer-2 store invoke 2 advance
+			106 peer-2 store ok 2
+			107 peer-1 store invoke 1
+			108 peer-1 store ok 1`,
+		want:   Counts{Handovers: 1, StoreAdvances: 1, StoreWrites: 1, StoreStaleWritesAccepted: 1},
+		linear: porcupine.Ok,
+	}, {
+		name: "an advance refused is counted apart from the writes",
+		text: `
+			101 peer-2 acquire ok 2
+			105 peer-2 store invoke 2 advance
+			106 peer-2 store ok 2
+			107 peer-1 store invoke 1 advance
+			108 peer-1 store fail 1
+			109 peer-1 store invoke 1
+			110 peer-1 store fail 1`,
+		want:   Counts{StoreAdvances: 2, StoreAdvancesRefused: 1, StoreWrites: 1, StoreRefused: 1},
+		linear: porcupine.Ok,
+	}, {
+		name: "store writes whose calls overlap are not ordered, and an unknown outcome raises no threshold",
+		text: `
+			101 peer-1 acquire ok 1
+			102 peer-1 store invoke 1
+			103 peer-2 store invoke 3
+			104 peer-2 store info 3
+			105 peer-3 store invoke 2
+			106 peer-3 store ok 2
+			107 peer-1 store ok 1`,
+		want:   Counts{StoreWrites: 2},
+		linear: porcupine.Ok,
+	}, {
 		name: "an overlap and an unsafe write with the earlier holder stopped at the grant",
 		text: `
 			1 lease-1 acquire ok 1
@@ -142,7 +210,7 @@ func TestVerdicts(t *testing.T) {
 			150 lease-2 acquire ok 2
 			201 lease-1 write fail 1
 			202 lease-1 lost`,
-		want:   Counts{Overlaps: 1, UnsafeWrites: 1, StoppedHolder: 2, Handovers: 1, LossEvents: 1, Writes: 1},
+		want:   Counts{Overlaps: 1, UnsafeWrites: 1, StoppedHolder: 2, Handovers: 1, LossEvents: 1, Writes: 1, Refused: 1},
 		linear: porcupine.Illegal,
 	}, {
 		name: "a stopped holder that resumes and writes, lost more than 100 ms after it resumed, is not excused",
@@ -153,7 +221,7 @@ func TestVerdicts(t *testing.T) {
 			210 lease-1 write invoke 1
 			211 lease-1 write fail 1
 			150000000 lease-1 lost`,
-		want:   Counts{Overlaps: 1, UnsafeWrites: 1, Handovers: 1, LossEvents: 1, Writes: 1},
+		want:   Counts{Overlaps: 1, UnsafeWrites: 1, Handovers: 1, LossEvents: 1, Writes: 1, Refused: 1},
 		linear: porcupine.Illegal,
 	}, {
 		name: "a stopped holder that resumes and writes, lost within 100 ms of its resumption, is excused",
@@ -164,7 +232,7 @@ func TestVerdicts(t *testing.T) {
 			210 lease-1 write invoke 1
 			211 lease-1 write fail 1
 			5000200 lease-1 lost`,
-		want:   Counts{Overlaps: 1, UnsafeWrites: 1, StoppedHolder: 2, Handovers: 1, LossEvents: 1, Writes: 1},
+		want:   Counts{Overlaps: 1, UnsafeWrites: 1, StoppedHolder: 2, Handovers: 1, LossEvents: 1, Writes: 1, Refused: 1},
 		linear: porcupine.Illegal,
 	}, {
 		name: "an overlap with the earlier holder stopped, but resumed 200 ms before the grant",
@@ -227,7 +295,7 @@ func TestVerdicts(t *testing.T) {
 			if tc.want.StoppedHolder+tc.want.Raced > 0 && tc.want.Violations() == 0 && !res.Excused["a"] {
 				t.Errorf("an illegal history explained by a stopped holder or a deletion's race is not excused")
 			}
-			violated := tc.want.Overlaps+tc.want.UnsafeWrites+tc.want.StaleWritesAccepted > 0 || tc.linear == porcupine.Illegal
+			violated := tc.want.Overlaps+tc.want.UnsafeWrites+tc.want.StaleWritesAccepted+tc.want.StoreStaleWritesAccepted > 0 || tc.linear == porcupine.Illegal
 			if violated != (len(res.HTML) == 1) {
 				t.Errorf("views written: %v; a violation: %v", res.HTML, violated)
 			}

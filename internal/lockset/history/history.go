@@ -6,11 +6,15 @@
 //
 //	{"t": 1234, "p": "lease-3", "lock": "a", "f": "acquire", "type": "ok", "token": 7}
 //
-// f is acquire, release, lost or write; type is invoke, ok, fail or info
-// (an outcome not known, such as an acquire cut by its timeout). lost is
-// the moment the process's signal reported the loss; a write's invoke is
+// f is acquire, release, lost, write or store; type is invoke, ok, fail or
+// info (an outcome not known, such as an acquire cut by its timeout). lost
+// is the moment the process's signal reported the loss; a write's invoke is
 // sent by the process, its ok (the fenced register accepted it) or fail
-// (refused) is stamped by the register when it applies the write.
+// (refused) is stamped by the register when it applies the write. store is
+// the same write sent through a fence of package fencing to a real store
+// (a run's -register), stamped by the process: its invoke before it sends
+// it, its ok (accepted), fail (refused as stale) or info (an error that
+// leaves the outcome unknown) when the store answers.
 package history
 
 import (
@@ -28,6 +32,7 @@ const (
 	Release = "release"
 	Lost    = "lost"
 	Write   = "write"
+	Store   = "store"
 
 	Invoke = "invoke"
 	OK     = "ok"
@@ -49,9 +54,9 @@ type Event struct {
 // Valid reports what is wrong with e, or nil.
 func (e Event) Valid() error {
 	switch e.F {
-	case Acquire, Release, Lost, Write:
+	case Acquire, Release, Lost, Write, Store:
 	default:
-		return fmt.Errorf("f %q is not acquire, release, lost or write", e.F)
+		return fmt.Errorf("f %q is not acquire, release, lost, write or store", e.F)
 	}
 	switch e.Type {
 	case Invoke, OK, Fail, Info:

@@ -36,7 +36,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zukhruf/lease/fencing"
-	"github.com/zukhruf/lease/fencing/internal/sqltest/pgserver"
+	"github.com/zukhruf/lease/internal/testservers/pgserver"
 	"github.com/zukhruf/lease/issuers/redislease"
 )
 

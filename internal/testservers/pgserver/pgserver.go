@@ -1,6 +1,7 @@
 // Package pgserver starts a real PostgreSQL server from the binaries of the
-// Debian package postgresql, for the tests of the SQL fence; a copy of
-// pglease's pgtest, as a module cannot import another's internal packages.
+// Debian package postgresql (and PgBouncer before it, from the package
+// pgbouncer), for the tests, demos and fault trials of the packages of this
+// repository that need one.
 package pgserver
 
 import (
@@ -34,9 +35,10 @@ const readyTimeout = 30 * time.Second
 // 127.0.0.1 and on a Unix-domain socket in its own temporary folder, with
 // the settings of a test (fsync off).
 type Server struct {
-	dir  string // the temporary folder: data, socket, log
-	port int
-	cred *syscall.Credential // the user the server runs as, nil for this process's
+	dir      string // the temporary folder: data, socket, log
+	port     int
+	cred     *syscall.Credential // the user the server runs as, nil for this process's
+	settings []string            // postgres -c settings beside the tests' own
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -66,7 +68,12 @@ func bin() string {
 // starts a server on it, on a free loopback port. When this process runs as
 // root, which PostgreSQL refuses, the server runs as the user postgres, or
 // nobody if there is none. The caller must Close the server.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartWith() }
+
+// StartWith is Start with server settings beside the tests' own, each
+// "name=value" as postgres -c takes it, such as "max_connections=50"; a
+// setting given here wins over the tests' own.
+func StartWith(settings ...string) (*Server, error) {
 	if err := Check(); err != nil {
 		return nil, err
 	}
@@ -78,6 +85,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.settings = settings
 	dir := s.dir
 	if out, err := s.command("initdb", "-D", s.data(), "-U", "postgres", "-A", "trust",
 		"--locale=C", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
@@ -132,7 +140,7 @@ func (s *Server) StartStandby() (*Server, error) {
 	if _, err := os.Stat(filepath.Join(bin(), "pg_basebackup")); err != nil {
 		return nil, fmt.Errorf("pgserver: pg_basebackup not found in %s (set PGBIN to the folder that has it): install the Debian package postgresql (apt-get install postgresql): %w", bin(), err)
 	}
-	st, err := newServer("pgtest-standby-", s.cred)
+	st, err := newServer("pgserver-standby-", s.cred)
 	if err != nil {
 		return nil, err
 	}
@@ -215,11 +223,15 @@ func (s *Server) Restart() error {
 		return fmt.Errorf("pgserver: %w", err)
 	}
 	defer logf.Close()
-	cmd := s.command("postgres", "-D", s.data(), "-p", strconv.Itoa(s.port), "-k", s.dir,
+	args := []string{"-D", s.data(), "-p", strconv.Itoa(s.port), "-k", s.dir,
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=32MB",
-		"-c", "log_min_messages=fatal", "-c", "log_min_error_statement=panic")
+		"-c", "log_min_messages=fatal", "-c", "log_min_error_statement=panic"}
+	for _, kv := range s.settings {
+		args = append(args, "-c", kv)
+	}
+	cmd := s.command("postgres", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// An immediate shutdown if this process dies first: no server outlives
 	// the tests.

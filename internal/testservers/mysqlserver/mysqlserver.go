@@ -1,7 +1,6 @@
 // Package mysqlserver starts real MariaDB servers from the binaries of the
-// Debian package mariadb-server, for the tests of the SQL fence; a copy of
-// mysqllease's mysqltest, as a module cannot import another's internal
-// packages.
+// Debian package mariadb-server, for the tests, demos and fault trials of
+// the packages of this repository that need one.
 package mysqlserver
 
 import (
