@@ -78,7 +78,7 @@ var keys atomic.Int64
 
 // keyName returns a key no other test of the binary uses.
 func keyName(t testing.TB) string {
-	r := strings.NewReplacer("/", "-", "#", "-", " ", "-", "(", "", ")", "", ",", "", "'", "", "′", "")
+	r := strings.NewReplacer("/", "-", "#", "-", " ", "-", "(", "", ")", "", ",", "", "'", "", "′", "", ":", "")
 	return fmt.Sprintf("%s-%d", r.Replace(t.Name()), keys.Add(1))
 }
 
