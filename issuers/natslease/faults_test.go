@@ -118,8 +118,8 @@ func waitPeer(ctx context.Context, kv jetstream.KeyValue, key string) <-chan tim
 // env is the servers a fault's trials run on: the shared server, or a
 // server or cluster of the fault's own that its trials take in turn.
 type env struct {
-	s  *natstest.Server  // the server, for server faults
-	c  *natstest.Cluster // the cluster, for leader changes
+	s   *natstest.Server  // the server, for server faults
+	c   *natstest.Cluster // the cluster, for leader changes
 	url string
 }
 
@@ -491,4 +491,3 @@ func (l *tokenLog) line() string {
 	defer l.mu.Unlock()
 	return fmt.Sprintf("Tokens: B's token was larger than A's in %d of the %d trials where B was granted.", l.up, l.checked)
 }
-

@@ -183,7 +183,10 @@ func TestOperatorWrites(t *testing.T) {
 	}{
 		{"delete", func(ctx context.Context, key string) error { return op.Delete(ctx, key) }, natslease.ErrDeleted},
 		{"purge", func(ctx context.Context, key string) error { return op.Purge(ctx, key) }, natslease.ErrPurged},
-		{"put", func(ctx context.Context, key string) error { _, err := op.Put(ctx, key, []byte("operator")); return err }, natslease.ErrTakenOver},
+		{"put", func(ctx context.Context, key string) error {
+			_, err := op.Put(ctx, key, []byte("operator"))
+			return err
+		}, natslease.ErrTakenOver},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			key := keyName(t)

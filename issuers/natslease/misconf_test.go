@@ -73,6 +73,7 @@ func TestMistakes(t *testing.T) {
 			if errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Lock waited out its context: %v", err)
 			}
+			t.Logf("Lock = %v", err)
 			if !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "natslease: lock ") {
 				t.Errorf("Lock = %v, want an error from natslease naming %q", err, c.want)
 			}

@@ -32,7 +32,7 @@ type session struct {
 	maxAge time.Duration // the bucket's own TTL (the stream's MaxAge), zero for none
 
 	mu      sync.Mutex
-	leases  map[string]*Lease              // held, by key
+	leases  map[string]*Lease               // held, by key
 	waiters map[string]map[*waiter]struct{} // Locks between their first Create and their grant
 	perms   map[*permWatch]struct{}
 
