@@ -96,14 +96,18 @@ func (l *Lease) acquire(ctx context.Context, try bool) error {
 			l.granted = rev
 			l.rev.Store(rev)
 			l.next = sent.Add(l.cfg.RenewPeriod)
-			last := s.unwait(w)
-			w = nil
 			// Armed before the session holds the lease: a grant whose
 			// answer came after its deadline gives a lease already lost.
 			l.deadline.start(l.cfg, sent, l.lose)
 			s.hold(l)
+			// The waiter is removed only once the lease is held, so that
+			// every entry of the key after the grant reaches one or the
+			// other; one that reached both is judged twice, to the same
+			// end.
+			last := s.unwait(w)
+			w = nil
 			if last != nil {
-				l.judge(last) // an entry that came before the lease was held
+				l.judge(last)
 			}
 			return nil
 		case perm != nil:
