@@ -37,3 +37,24 @@ func TestConformance(t *testing.T) {
 		HandOver: lossWithin,
 	})
 }
+
+// TestConformanceCluster runs the suite on a cluster of three with the
+// bucket at R3, where the server refuses a write at a stale revision with
+// another error code (10164) than a single server's (10071).
+func TestConformanceCluster(t *testing.T) {
+	c := natstest.StartClusterT(t)
+	url := c.URL(natstest.App)
+	if err := createBucket(url, natslease.DefaultBucket, 3); err != nil {
+		t.Fatal(err)
+	}
+	op := bucket(t, client(t, url), natslease.DefaultBucket)
+	leasetest.Run(t, leasetest.Harness{
+		NewLocker: func(t *testing.T) lease.Locker {
+			return natslease.NewLocker(client(t, url), conformance)
+		},
+		Revoke: func(ctx context.Context, subject string) error {
+			return op.Delete(ctx, subject)
+		},
+		HandOver: lossWithin,
+	})
+}

@@ -134,7 +134,7 @@ type setup struct {
 }
 
 func (s *setup) conn(t *testing.T, url string) *nats.Conn {
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

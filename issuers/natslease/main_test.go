@@ -86,8 +86,13 @@ func keyName(t testing.TB) string {
 // ends; it reconnects for ever.
 func client(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	return natstest.Client(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return natstest.Client(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), quiet)
 }
+
+// quiet is the tests' clients' handler of asynchronous errors: a reset
+// during a fault is the fault, and nats.go's default handler would print
+// each one.
+var quiet = nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
 
 // bucket returns the KV bucket name through nc.
 func bucket(t testing.TB, nc *nats.Conn, name string) jetstream.KeyValue {
