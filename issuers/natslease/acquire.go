@@ -111,10 +111,10 @@ func (l *Lease) acquire(ctx context.Context, try bool) error {
 			}
 			return nil
 		case perm != nil:
-			return fmt.Errorf("Create: %w", perm)
+			return fmt.Errorf("kv.Create: %w", perm)
 		case errors.Is(err, jetstream.ErrKeyExists):
 			if try {
-				return fmt.Errorf("Create: %w: %w", lease.ErrHeld, err)
+				return fmt.Errorf("kv.Create: %w: %w", lease.ErrHeld, err)
 			}
 			backoff = newBackoff(l.cfg.RetryPeriod)
 			t := time.NewTimer(l.cfg.RetryPeriod)
@@ -130,11 +130,11 @@ func (l *Lease) acquire(ctx context.Context, try bool) error {
 			// leaves nothing held.
 			l.giveBack()
 		case errors.Is(err, jetstream.ErrInvalidKey):
-			return fmt.Errorf("Create: %w", err)
+			return fmt.Errorf("kv.Create: %w", err)
 		default:
 			if werr := backoff.wait(ctx); werr != nil {
 				l.giveBack()
-				return fmt.Errorf("%w (last: Create: %w)", werr, err)
+				return fmt.Errorf("%w (last: kv.Create: %w)", werr, err)
 			}
 		}
 		if err := ctx.Err(); err != nil {

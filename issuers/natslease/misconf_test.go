@@ -39,11 +39,11 @@ func TestMistakes(t *testing.T) {
 		key  string
 		want string // in the error's text
 	}{
-		{"no JetStream in the account", func() *nats.Conn { return client(t, shared.URL(natstest.NoJS)) }, short, "k", "KeyValue(\"leases\")"},
+		{"no JetStream in the account", func() *nats.Conn { return client(t, shared.URL(natstest.NoJS)) }, short, "k", "js.KeyValue(\"leases\")"},
 		{"a bucket that does not exist", func() *nats.Conn { return client(t, url) }, natslease.Config{Bucket: "nosuch", TTL: 2 * time.Second}, "k", "bucket not found"},
 		{"a bucket without per-key TTLs", func() *nats.Conn { return client(t, url) }, natslease.Config{Bucket: "nottl", TTL: 2 * time.Second}, "k", "does not allow per-key TTLs"},
 		{"a bucket whose TTL is shorter", func() *nats.Conn { return client(t, url) }, natslease.Config{Bucket: "shortage", TTL: 10 * time.Second}, "k", "expires every key after 5s"},
-		{"no permission to publish to the key", func() *nats.Conn { return client(t, shared.URL(natstest.RO)) }, short, "k", "Create: nats: permissions violation"},
+		{"no permission to publish to the key", func() *nats.Conn { return client(t, shared.URL(natstest.RO)) }, short, "k", "kv.Create: nats: permissions violation"},
 		{"wrong credentials", func() *nats.Conn {
 			nc, err := nats.Connect(url) // the session dials with the options' user, changed below
 			if err != nil {

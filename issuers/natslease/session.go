@@ -208,26 +208,26 @@ func (s *session) try(ctx context.Context) error {
 	kv, err := js.KeyValue(ctx, s.key.bucket)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
-		return mistake{fmt.Errorf("KeyValue(%q): %w: create it with natslease.BucketConfig", s.key.bucket, err)}
+		return mistake{fmt.Errorf("js.KeyValue(%q): %w: create it with natslease.BucketConfig", s.key.bucket, err)}
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
 		errors.Is(err, jetstream.ErrInvalidBucketName):
-		return mistake{fmt.Errorf("KeyValue(%q): %w", s.key.bucket, err)}
+		return mistake{fmt.Errorf("js.KeyValue(%q): %w", s.key.bucket, err)}
 	case errors.Is(err, nats.ErrPermissionViolation):
-		return mistake{fmt.Errorf("KeyValue(%q): %w", s.key.bucket, err)}
+		return mistake{fmt.Errorf("js.KeyValue(%q): %w", s.key.bucket, err)}
 	case err != nil:
-		return fmt.Errorf("KeyValue(%q): %w", s.key.bucket, err)
+		return fmt.Errorf("js.KeyValue(%q): %w", s.key.bucket, err)
 	}
 	s.kv = kv
 	st, err := kv.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("Status of bucket %q: %w", s.key.bucket, err)
+		return fmt.Errorf("kv.Status of bucket %q: %w", s.key.bucket, err)
 	}
 	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
 		cfg := bs.StreamInfo().Config
 		if !cfg.AllowMsgTTL {
 			// A server before 2.11 drops the field, and expires no key
 			// by its own TTL: refused here, with the same words.
-			return mistake{fmt.Errorf("Status of bucket %q: the bucket does not allow per-key TTLs (its stream has no AllowMsgTTL: create it with LimitMarkerTTL, see natslease.BucketConfig, on nats-server 2.11 or later), so a key whose holder vanished would never expire", s.key.bucket)}
+			return mistake{fmt.Errorf("kv.Status of bucket %q: the bucket does not allow per-key TTLs (its stream has no AllowMsgTTL: create it with LimitMarkerTTL, see natslease.BucketConfig, on nats-server 2.11 or later), so a key whose holder vanished would never expire", s.key.bucket)}
 		}
 		s.maxAge = cfg.MaxAge
 	}
@@ -236,9 +236,9 @@ func (s *session) try(ctx context.Context) error {
 	if err != nil {
 		stop()
 		if errors.Is(err, nats.ErrPermissionViolation) {
-			return mistake{fmt.Errorf("WatchAll of bucket %q: %w", s.key.bucket, err)}
+			return mistake{fmt.Errorf("kv.WatchAll of bucket %q: %w", s.key.bucket, err)}
 		}
-		return fmt.Errorf("WatchAll of bucket %q: %w", s.key.bucket, err)
+		return fmt.Errorf("kv.WatchAll of bucket %q: %w", s.key.bucket, err)
 	}
 	s.watch, s.stop = w, stop
 	s.work = make(chan *Lease, 1024)
