@@ -260,3 +260,26 @@ func TestManyLeasesOneSession(t *testing.T) {
 		}
 	}
 }
+
+// TestPermissionTakenAway: a holder whose permission to publish to its key
+// is taken away (the server's configuration reloaded) is lost at its next
+// renewal with ErrRefused, not at its deadline after retries.
+func TestPermissionTakenAway(t *testing.T) {
+	s := natstest.StartT(t)
+	if err := createBucket(s.URL(natstest.App), natslease.DefaultBucket, 1); err != nil {
+		t.Fatal(err)
+	}
+	nc := client(t, s.URL(natstest.Revocable))
+	key := keyName(t)
+	l := mustLock(t, natslease.Config{TTL: 3 * time.Second}, nc, key)
+	if err := s.RevokePublish(); err != nil {
+		t.Fatal(err)
+	}
+	// A renewal refused is a loss with ErrRefused; the deadline would say
+	// ErrRenewalUnconfirmed.
+	err := waitLost(t, l, lossWithin)
+	if !errors.Is(err, natslease.ErrRefused) {
+		t.Fatalf("Err() = %v, want ErrRefused", err)
+	}
+	t.Logf("lost: %v", err)
+}

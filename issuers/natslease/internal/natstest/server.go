@@ -22,10 +22,13 @@ import (
 
 // The users of every server (see the package doc).
 const (
-	App  = "app"  // APP, with JetStream and every permission
-	RO   = "ro"   // APP, without publish to $KV.>
-	NoJS = "nojs" // NOJS, an account without JetStream
-	Sys  = "sys"  // the system account
+	App = "app" // APP, with JetStream and every permission
+	RO  = "ro"  // APP, without publish to $KV.>
+	// Revocable is a user of APP with every permission until
+	// [Server.RevokePublish] takes its publish to $KV.> away.
+	Revocable = "revocable"
+	NoJS      = "nojs" // NOJS, an account without JetStream
+	Sys       = "sys"  // the system account
 )
 
 // ReadyWithin bounds a server's start, and a cluster's until JetStream
@@ -41,10 +44,11 @@ type Server struct {
 	bin  string
 	conf string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-	closed bool
+	mu      sync.Mutex
+	revoked bool // Revocable may not publish to $KV.>
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	closed  bool
 }
 
 // newServer reserves a port and a folder for a server; it starts nothing.
@@ -78,6 +82,7 @@ func (s *Server) config(routes []int) error {
     users = [
       {user: app, password: app}
       {user: ro, password: ro, permissions: {publish: {deny: ["$KV.>"]}}}
+      ` + s.revocable() + `
     ]
   }
   NOJS { users = [{user: nojs, password: nojs}] }
@@ -98,6 +103,29 @@ system_account: SYS
 		return fmt.Errorf("natstest: %w", err)
 	}
 	return nil
+}
+
+// revocable returns the configuration of the user Revocable.
+func (s *Server) revocable() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.revoked {
+		return `{user: revocable, password: revocable, permissions: {publish: {deny: ["$KV.>"]}}}`
+	}
+	return `{user: revocable, password: revocable}`
+}
+
+// RevokePublish takes the user Revocable's permission to publish to $KV.>
+// away: it rewrites the single server's configuration and has the server
+// reload it (SIGHUP), which applies to the connections already open.
+func (s *Server) RevokePublish() error {
+	s.mu.Lock()
+	s.revoked = true
+	s.mu.Unlock()
+	if err := s.config(nil); err != nil {
+		return err
+	}
+	return s.signal(syscall.SIGHUP)
 }
 
 // Start starts the process with its configuration and data, and waits
