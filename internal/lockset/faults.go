@@ -391,6 +391,8 @@ func (r *runner) eraseLock(lock string) (int64, bool) {
 	switch r.issuer {
 	case "k8s":
 		return r.kubeDeleteLease(ctx, lock)
+	case "nats":
+		return r.natsDeleteKey(ctx, lock)
 	case "pg":
 		return r.pgTerminateHolder(ctx, lock)
 	case "mysql":

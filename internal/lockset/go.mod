@@ -9,6 +9,7 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/google/go-cmp v0.7.0
+	github.com/nats-io/nats.go v1.56.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/zukhruf/lease v0.1.0
 	github.com/zukhruf/lease/issuers/etcdlease v0.1.0
@@ -44,8 +45,11 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/klauspost/compress v1.20.0 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
@@ -93,6 +97,7 @@ require (
 	github.com/zukhruf/lease/fencing/redisfence v0.1.0
 	github.com/zukhruf/lease/issuers/k8slease v0.1.0
 	github.com/zukhruf/lease/issuers/mysqllease v0.1.0
+	github.com/zukhruf/lease/issuers/natslease v0.1.0
 	github.com/zukhruf/lease/issuers/pglease v0.1.0
 	go.etcd.io/bbolt v1.5.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
@@ -141,3 +146,5 @@ replace github.com/zukhruf/lease/issuers/k8slease => ../../issuers/k8slease
 replace github.com/zukhruf/lease/fencing/redisfence => ../../fencing/redisfence
 
 replace github.com/zukhruf/lease/fencing/etcdfence => ../../fencing/etcdfence
+
+replace github.com/zukhruf/lease/issuers/natslease => ../../issuers/natslease

@@ -34,7 +34,7 @@ import (
 var sides = []string{"lease", "peer"}
 
 // issuers are the issuers a run can take.
-var issuers = []string{"etcd", "redis", "pg", "mysql", "k8s"}
+var issuers = []string{"etcd", "redis", "pg", "mysql", "k8s", "nats"}
 
 func newLocker(c clientConfig) (locker, error) {
 	switch c.issuer {
@@ -48,6 +48,8 @@ func newLocker(c clientConfig) (locker, error) {
 		return newMySQLLocker(c)
 	case "k8s":
 		return newKubeLocker(c)
+	case "nats":
+		return newNATSLocker(c)
 	}
 	return nil, fmt.Errorf("no issuer %q (%s)", c.issuer, strings.Join(issuers, ", "))
 }
@@ -471,6 +473,8 @@ func (r *runner) startServer() (string, error) {
 		return r.startMySQL()
 	case "k8s":
 		return r.startKube()
+	case "nats":
+		return r.startNATS()
 	}
 	if r.cluster {
 		return r.startEtcdCluster()
