@@ -99,6 +99,7 @@ func (c Config) lock(ctx context.Context, call string, client *minio.Client, sub
 				ctrl: controller.New(subject), client: client, sess: s, cfg: c,
 				subject: subject, bucket: bucket, key: key, id: id, token: g.epoch,
 				etag: g.etag, seq: 1, index: -1, next: g.sent.Add(c.RenewPeriod),
+				writing: make(chan struct{}, 1),
 			}
 			l.deadline.start(c.life(), g.sent, l.lose)
 			s.hold(l)

@@ -35,12 +35,13 @@ type Lease struct {
 	next  time.Time
 	index int
 
-	// mu guards the object's last ETag and the count of writes; a renewal
-	// and the release hold it through their PUT, so the release follows
-	// the renewal in flight.
-	mu   sync.Mutex
-	etag string
-	seq  int64
+	// writing is held (a send) by whoever writes the object: a renewal or
+	// the release, through their PUT, so the release follows the renewal
+	// in flight; a release whose ctx ends first gives up. It guards etag
+	// and seq.
+	writing chan struct{}
+	etag    string
+	seq     int64
 
 	ended    atomic.Bool // lost or released: no more renewals
 	deadline deadline
@@ -89,8 +90,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		l.ended.Store(true)
 		l.deadline.stop()
 		l.sess.forget(l)
-		l.mu.Lock()
-		defer l.mu.Unlock()
+		select {
+		case l.writing <- struct{}{}:
+			defer func() { <-l.writing }()
+		case <-ctx.Done():
+			l.err = fmt.Errorf("s3lease: unlock %q: waiting for the renewal in flight: %w", l.subject, ctx.Err())
+			return
+		}
 		l.seq++
 		r := record{Holder: l.cfg.Holder, ID: l.id, Epoch: l.token, Seq: l.seq, Expires: l.cfg.now(), TTL: l.cfg.TTL.String(), Released: true}
 		body := r.encode()

@@ -8,7 +8,7 @@ import (
 
 // renew sends one renewal of l, a PutObject of a new record conditional on
 // If-Match with the ETag of l's last write, and returns when the next one
-// is due. The session's renewers run it; it holds l.mu through the write,
+// is due. The session's renewers run it; it holds l.writing through the write,
 // so that Unlock's release comes after it.
 //
 // A write the store applied moves the deadline from its send time. A 412
@@ -18,8 +18,8 @@ import (
 // RenewPeriod later: only the deadline says that the store was silent too
 // long.
 func (l *Lease) renew() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.writing <- struct{}{}
+	defer func() { <-l.writing }()
 	if l.done() {
 		return time.Now()
 	}
