@@ -76,7 +76,7 @@ func probeOnce(ctx context.Context, client *minio.Client, bucket string) error {
 
 func isUnsafe(err error) bool { return errors.Is(err, ErrUnsafeStore) }
 
-// runProbe writes an object under ".s3fence-probe/" in bucket and checks
+// runProbe writes an object named ".s3fence-probe-<random>" in bucket and checks
 // that a second PutObject with If-None-Match: * is refused, that one with
 // If-Match on a wrong ETag is refused, and that of 32 concurrent
 // PutObjects with If-Match on the object's ETag one at most succeeds. It
@@ -84,7 +84,7 @@ func isUnsafe(err error) bool { return errors.Is(err, ErrUnsafeStore) }
 func runProbe(ctx context.Context, client *minio.Client, bucket string) error {
 	var n [8]byte
 	rand.Read(n[:])
-	key := ".s3fence-probe/" + hex.EncodeToString(n[:])
+	key := ".s3fence-probe-" + hex.EncodeToString(n[:]) // no folder: see s3lease's probe
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -29,7 +29,7 @@ import (
 //
 // The first Lock of a client on a bucket probes the store (see
 // [ErrUnsafeStore]): about seventy writes of small objects under
-// ".s3lease-probe/" in the bucket, deleted afterwards; a store that fails
+// ".s3lease-probe-…" in the bucket, deleted afterwards; a store that fails
 // it is refused, by every later Lock of the client too.
 //
 // client is used as it is: its requests carry the lease's reads and

@@ -54,7 +54,7 @@ func (s *session) probe(ctx context.Context, client *minio.Client, bucket string
 	}
 }
 
-// runProbe writes two objects under ".s3lease-probe/<random>/" in bucket
+// runProbe writes two objects named ".s3lease-probe-<random>-…" in bucket
 // and checks what the store does with conditional PUTs:
 //
 //  1. a PUT with If-None-Match: * of a new object succeeds;
@@ -68,8 +68,11 @@ func (s *session) probe(ctx context.Context, client *minio.Client, bucket string
 // It deletes both objects before it returns.
 func runProbe(ctx context.Context, client *minio.Client, bucket string) error {
 	store := client.EndpointURL().String()
-	base := ".s3lease-probe/" + newID() + "/"
-	one, race := base+"one", base+"race"
+	// Flat names, no folder: a store on a file system (versitygw's posix
+	// backend) makes a folder of a prefix and removes it with its last
+	// object, which races another client's probe in the same folder.
+	base := ".s3lease-probe-" + newID()
+	one, race := base+"-one", base+"-race"
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -122,3 +122,25 @@ func TestProbeRefusesStore(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentProbes: the first Locks of 16 clients on one bucket probe
+// the store at once, and every probe passes: on versitygw's posix backend,
+// probes that shared a folder raced its removal with their last object
+// ("Existing Object is a directory").
+func TestConcurrentProbes(t *testing.T) {
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			l, err := short.Lock(t.Context(), client(t, shared.Addr()), keyName(t))
+			if err == nil {
+				err = l.Unlock(t.Context())
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
