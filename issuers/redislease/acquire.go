@@ -22,6 +22,7 @@ const retryPause = 200 * time.Millisecond
 // later write must reach.
 type grant struct {
 	lc, fc *conn
+	addr   string // the server of a session's grant
 	token  int64
 	sent   time.Time
 	need   int
@@ -252,6 +253,10 @@ func dropDead(cn *conn, force bool) *conn {
 // has followed it for the TTL yet (see Config.replicas).
 var errUnsettled = errors.New("no replica has followed the primary for the TTL yet")
 
+// errSplit reports a session's two connections dialed on either side of a
+// failover: they reached two servers, and are dialed again.
+var errSplit = errors.New("the session's two connections reached two servers")
+
 // replicas returns how many replicas must acknowledge the lease's writes:
 // c.Replicas, or every replica the primary lists as connected, and at
 // least one behind Sentinel. Behind Sentinel, it returns errUnsettled
@@ -275,6 +280,12 @@ var errUnsettled = errors.New("no replica has followed the primary for the TTL y
 // CLIENT LIST tells how long each replica has been connected, in whole
 // seconds.
 func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, error) {
+	return c.replicasVia(ctx, lc, sentinel, lc.pipe)
+}
+
+// replicasVia is replicas, its commands sent with send: a session's
+// connection is shared, and a cut ctx must not break it.
+func (c Config) replicasVia(ctx context.Context, lc *conn, sentinel bool, send func(context.Context, ...[]any) ([]reply, error)) (int, error) {
 	if c.Replicas > 0 && !sentinel {
 		return c.Replicas, nil
 	}
@@ -282,7 +293,7 @@ func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, err
 	if sentinel {
 		cmds = append(cmds, []any{"CLIENT", "LIST", "TYPE", "replica"})
 	}
-	rs, err := lc.pipe(ctx, cmds...)
+	rs, err := send(ctx, cmds...)
 	if err == nil && rs[0].err != nil {
 		err = fmt.Errorf("ROLE (Config.Replicas does without it, except behind Sentinel): %w", rs[0].err)
 	}
@@ -353,17 +364,7 @@ func (c Config) giveUp(ep *endpoint, key, ckey, id string) {
 // release deletes key and its claim ckey on cn, each if it holds the lease
 // id. They expire if this fails.
 func release(ctx context.Context, cn *conn, key, ckey, id string) {
-	script := `
-local n = 0
-for _, k in ipairs(KEYS) do
-  local v = redis.call('GET', k)
-  if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
-    n = n + redis.call('DEL', k)
-  end
-end
-return n
-`
-	cn.do(ctx, "EVAL", script, "2", key, ckey, id) //nolint:errcheck // the keys expire if this fails
+	cn.do(ctx, "EVAL", releaseScript, "2", key, ckey, id) //nolint:errcheck // the keys expire if this fails
 }
 
 // code returns the first word of a Redis error reply, or "".
@@ -401,6 +402,9 @@ func redirected(err error, want string) (string, bool) {
 // for a moment: a slot moving, a server loading its data or busy. Not a
 // mistake, even on a Lock's first attempt.
 func transient(err error) bool {
+	if errors.Is(err, errSplit) {
+		return true
+	}
 	switch code(err) {
 	case "ASK", "MOVED", "TRYAGAIN", "LOADING", "BUSY", "CLUSTERDOWN", "MASTERDOWN":
 		return true
@@ -468,7 +472,41 @@ func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, 
 			continue
 		}
 		need := c.Replicas
-		if need == 0 {
+		if s.ep.sentinel {
+			// Behind Sentinel, the replicas are read before each grant, as
+			// acquire reads them: a grant needs one that has followed the
+			// primary for the TTL (see Config.replicas).
+			if s.ep.clientClosed() {
+				return g, fail(fmt.Errorf("the client was closed while Lock waited: %w", redis.ErrClosed))
+			}
+			rctx, cancel := context.WithTimeout(ctx, c.TTL)
+			need, e = c.replicasVia(rctx, gen.cmd, true, func(ctx context.Context, cmds ...[]any) ([]reply, error) {
+				return gen.cmd.pipeShared(ctx, s.bound, cmds...)
+			})
+			timedOut := rctx.Err() != nil
+			cancel()
+			if ctx.Err() != nil {
+				return g, fail(ctx.Err())
+			}
+			if errors.Is(e, errUnsettled) {
+				first = false
+				last = e
+				backoff()
+				continue
+			}
+			if e != nil {
+				if first && !transient(e) && isServerError(e) || permanent(e) {
+					return g, fail(e)
+				}
+				if !isServerError(e) || readOnly(e) || timedOut {
+					s.drop(gen)
+				}
+				first = false
+				last = e
+				backoff()
+				continue
+			}
+		} else if need == 0 {
 			if gen.roleErr != nil {
 				return g, fail(gen.roleErr)
 			}
@@ -528,15 +566,31 @@ func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, 
 			if need > 0 {
 				if acked, _ := rs[1].v.(int64); acked < int64(need) {
 					last = fmt.Errorf("the key was taken on %s, but WAIT counted %d of the %d replicas it needs", gen.cmd.addr(), acked, need)
-					if c.Replicas == 0 {
-						// A replica may be gone: learn ROLE again.
+					if c.Replicas == 0 && !s.ep.sentinel {
+						// A replica may be gone: learn ROLE again (behind
+						// Sentinel, each attempt reads it).
 						s.drop(gen)
 					}
 					backoff()
 					continue
 				}
 			}
-			return grant{token: n, sent: at, need: need}, nil
+			if s.ep.sentinel {
+				// Asked after the grant was confirmed, as in acquire: a
+				// primary that Sentinel replaced before then is not named
+				// any more.
+				if e := s.ep.checkPrimary(ctx, gen.cmd.addr()); e != nil {
+					// Not a grant: the key is given back where it was
+					// written, and the session dials the primary Sentinel
+					// names.
+					last = e
+					s.release(ctx, gen, key, ckey, id)
+					s.drop(gen)
+					backoff()
+					continue
+				}
+			}
+			return grant{token: n, sent: at, need: need, addr: gen.cmd.addr()}, nil
 		}
 		pause = retryPause / 10
 		last = fmt.Errorf("the key is held by another lease, its expiry %d ms away", n)
@@ -569,17 +623,14 @@ func (s *session) giveUp(c Config, key, ckey, id string) {
 	if err != nil {
 		return // the key expires
 	}
-	script := `
-local n = 0
-for _, k in ipairs(KEYS) do
-  local v = redis.call('GET', k)
-  if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
-    n = n + redis.call('DEL', k)
-  end
-end
-return n
-`
-	g.cmd.pipeShared(ctx, s.bound, []any{"EVAL", script, "2", key, ckey, id}) //nolint:errcheck // the keys expire if this fails
+	s.release(ctx, g, key, ckey, id)
+}
+
+// release deletes key and its claim ckey on g, each if it holds the lease
+// id, and wakes the session's Locks that wait for them. They expire if
+// this fails.
+func (s *session) release(ctx context.Context, g *generation, key, ckey, id string) {
+	g.cmd.pipeShared(ctx, s.bound, []any{"EVAL", releaseScript, "2", key, ckey, id}) //nolint:errcheck // the keys expire if this fails
 	s.wake(key)
 	s.wake(ckey)
 }

@@ -74,14 +74,16 @@ type Lease struct {
 // Cluster, the node of the key's slot: it dials connections of its own,
 // with rdb's dialer, credentials and database, which no caller can use,
 // close or kill without the lease noticing. Closing rdb later does not end
-// the lease. The leases of one *redis.Client (not a Sentinel client) share
-// one session: two connections to its server and four goroutines, dialed
-// by its first Lock and closed a minute after its last lease ends, or as
-// soon as rdb is closed and no lease is held; a Lock on a session that is
-// up sends one write and dials nothing. A Sentinel or Cluster client's
-// lease dials two connections of its own. The README's "Many leases, one
-// session" says what a failure of a session's connection does to its
-// leases.
+// the lease. The leases of one *redis.Client, a Sentinel client's too,
+// share one session: two connections to its server (behind Sentinel, the
+// primary its Sentinels name at each dial) and four goroutines, dialed by
+// its first Lock and closed a minute after its last lease ends, or as soon
+// as rdb is closed and no lease is held; a Lock on a session that is up
+// sends one write (behind Sentinel, three: the replicas' ages, the grant,
+// and a Sentinel's name of the primary) and keeps no connection of its
+// own. A Cluster client's lease dials two connections of its own. The
+// README's "Many leases, one session" says what a failure of a session's
+// connection does to its leases.
 //
 // ctx bounds the wait only; a Lock it cuts leaves no goroutine and no key
 // behind. A mistake fails the first attempt and returns at once: a wrong
@@ -127,7 +129,7 @@ func (c Config) lock(ctx context.Context, rdb redis.UniversalClient, key string,
 	var b [16]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	if cl, ok := rdb.(*redis.Client); ok && !ep.sentinel {
+	if cl, ok := rdb.(*redis.Client); ok {
 		return c.lockShared(ctx, cl, ep, call, key, tkey, ckey, id, try)
 	}
 	g, err := c.acquire(ctx, ep, key, tkey, ckey, id, try)
@@ -293,6 +295,7 @@ func (c Config) lockShared(ctx context.Context, rdb *redis.Client, ep *endpoint,
 		sess:  s,
 		next:  g.sent.Add(c.RenewPeriod),
 	}
+	l.setServer(g.addr)
 	l.deadline.start(c, g.sent, l.lose)
 	s.hold(l)
 	return l, nil

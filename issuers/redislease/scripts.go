@@ -197,3 +197,17 @@ end
 return r
 `
 )
+
+// releaseScript deletes each key it is given that holds a value of the
+// lease ARGV[1] ("id:token" for any token): what a Lock gives back when a
+// grant's answer did not come, came too late, or was not a grant.
+const releaseScript = `
+local n = 0
+for _, k in ipairs(KEYS) do
+  local v = redis.call('GET', k)
+  if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
+    n = n + redis.call('DEL', k)
+  end
+end
+return n
+`

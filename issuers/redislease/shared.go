@@ -10,9 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A session is what the leases taken through one *redis.Client (not a
-// Sentinel or Cluster client) share on its server: two connections of the
-// issuer's own, whatever the number of leases, and four goroutines.
+// A session is what the leases taken through one *redis.Client share on
+// its server: two connections of the issuer's own, whatever the number of
+// leases, and four goroutines. A Sentinel client's session dials the
+// primary its Sentinels name, again after every failure of a connection,
+// so it follows a failover.
 //
 //   - cmd runs every script (grants, renewals, releases, reads) and WAIT,
 //     with CLIENT TRACKING ON REDIRECT trk NOLOOP: every key a script reads
@@ -228,6 +230,14 @@ func (s *session) dial(ctx context.Context) (*generation, error) {
 	if err != nil {
 		trk.close()
 		return nil, err
+	}
+	if cmd.addr() != trk.addr() {
+		// Behind Sentinel, dialed on either side of a failover: the
+		// keys must be tracked on the server that writes them.
+		a, b := trk.addr(), cmd.addr()
+		cmd.close()
+		trk.close()
+		return nil, fmt.Errorf("%w: %s and %s", errSplit, a, b)
 	}
 	g := &generation{cmd: cmd, trk: trk}
 	ctx, cancel := context.WithTimeout(ctx, s.bound)
@@ -490,6 +500,7 @@ func (s *session) renew() bool {
 		s.drop(g)
 		return false
 	}
+	addr := g.cmd.addr()
 	acked, waitErr := int64(0), error(nil)
 	if need > 0 {
 		w := rs[len(rs)-1]
@@ -556,6 +567,9 @@ func (s *session) renew() bool {
 				}
 			}
 			l.deadline.confirm(sent)
+			if *l.server.Load() != addr {
+				l.setServer(addr)
+			}
 			s.mu.Lock()
 			l.next = sent.Add(l.cfg.RenewPeriod)
 			s.mu.Unlock()
@@ -713,7 +727,7 @@ func (s *session) check() {
 			return
 		}
 		for i, l := range part {
-			l.checked(vs[i], ttls[i], what, all, sent, answered, applied[c*checkChunk+i])
+			l.checked(vs[i], ttls[i], what, g.cmd.addr(), all, sent, answered, applied[c*checkChunk+i])
 		}
 	}
 }
@@ -721,7 +735,7 @@ func (s *session) check() {
 // checked loses l if the read of its key, sent at sent and answered at
 // answered, found it no longer l's: gone, another value, or an expiry
 // before the deadline (the deadline is then brought forward).
-func (l *Lease) checked(v, pttl any, what string, all bool, sent, answered, applied time.Time) {
+func (l *Lease) checked(v, pttl any, what, addr string, all bool, sent, answered, applied time.Time) {
 	switch v := v.(type) {
 	case string:
 		if v != l.value {
@@ -729,11 +743,16 @@ func (l *Lease) checked(v, pttl any, what string, all bool, sent, answered, appl
 			return
 		}
 	default:
-		how := "found no key"
-		if all {
+		cause, how := ErrDeleted, "found no key"
+		switch was := *l.server.Load(); {
+		case addr != was:
+			// Behind Sentinel, a reconnection reached another primary,
+			// which never had the key.
+			cause, how = ErrFailedOver, fmt.Sprintf("found no key on %s, which is not the server it was last confirmed on, %s", addr, was)
+		case all:
 			how = "found no key: the database was flushed, or the server lost it"
 		}
-		l.lose(fmt.Errorf("%w: the read after %s %s", ErrDeleted, what, how))
+		l.lose(fmt.Errorf("%w: the read after %s %s", cause, what, how))
 		return
 	}
 	// As in check: an expiry sooner than the lease's own writes set was
