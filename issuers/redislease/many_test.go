@@ -34,6 +34,16 @@ func TestManyLeasesSentinel(t *testing.T) {
 	}, g.Primary.Addr())
 }
 
+// TestManyLeasesCluster is TestManyLeases through a Cluster client: the
+// leases share one session on each primary that serves a slot of theirs.
+func TestManyLeasesCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	manyLeases(t, manyleases.Config{
+		Addr:   c.Nodes[0].Addr(),
+		Client: func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()}) },
+	}, c.Addrs()...)
+}
+
 // manyLeases holds 1,000 leases through c's client and checks what
 // TestManyLeases says, the connections on each of servers among them.
 func manyLeases(t *testing.T, c manyleases.Config, servers ...string) {
@@ -95,7 +105,7 @@ func leaseConns(t *testing.T, addr string) int {
 	t.Helper()
 	admin := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
 	defer admin.Close()
-	list, err := admin.ClientList(context.Background()).Result()
+	list, err := admin.Do(context.Background(), "CLIENT", "LIST", "TYPE", "normal").Text()
 	if err != nil {
 		t.Error(err)
 		return 0

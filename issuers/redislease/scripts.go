@@ -91,23 +91,6 @@ call('GET', KEYS[1])
 return {1, t}
 `
 
-// renewScript sets the expiry of the key and of its claim again if the
-// key still holds this lease's value: it returns 1, or 0 if the key is
-// gone, or the value it holds.
-//
-// KEYS[1] the key, KEYS[2] its claim; ARGV[1] the lease's value, ARGV[2]
-// the TTL in milliseconds.
-const renewScript = `
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('SET', KEYS[2], v, 'PX', ARGV[2])
-  return 1
-end
-if v then return v end
-return 0
-`
-
 // unlockScript deletes the key if it still holds this lease's value, and
 // the claim if it is this lease's, and returns how many of the two it
 // deleted: a lease lost to a deletion of its key gives its claim back,
