@@ -52,7 +52,7 @@ redis-deps:
 ## faults with redsync's Mutex beside the holders, three holders over 100
 ## rounds, leasetest's conformance suite (TestConformance), the demo.
 e2e-redis: redis-deps
-	cd $(REDIS_EXAMPLE) && $(GO) vet ./... && $(REDIS_ENV) $(GO) test -race -count=1 -timeout 15m ./...
+	cd $(REDIS_EXAMPLE) && $(GO) vet ./... && $(REDIS_ENV) $(GO) test -race -count=1 -timeout 15m -parallel 8 ./...
 
 ## faults-redis: run each fault and each sequence of faults of the Redis
 ## issuer REDIS_FAULT_TRIALS times (30), with redsync's Mutex beside the

@@ -79,16 +79,16 @@ type Lease struct {
 // Cluster, the node of the key's slot: it dials connections of its own,
 // with rdb's dialer, credentials and database, which no caller can use,
 // close or kill without the lease noticing. Closing rdb later does not end
-// the lease. The leases of one *redis.Client, a Sentinel client's too,
-// share one session: two connections to its server (behind Sentinel, the
-// primary its Sentinels name at each dial) and four goroutines, dialed by
-// its first Lock and closed a minute after its last lease ends, or as soon
-// as rdb is closed and no lease is held; a Lock on a session that is up
-// sends one write (behind Sentinel, three: the replicas' ages, the grant,
-// and a Sentinel's name of the primary) and keeps no connection of its
-// own. A Cluster client's lease dials two connections of its own. The
-// README's "Many leases, one session" says what a failure of a session's
-// connection does to its leases.
+// the lease. The leases of one client share one session: two connections
+// to its server (behind Sentinel, the primary its Sentinels name at each
+// dial; on a Cluster, one session on each primary that serves a slot of
+// their keys) and four goroutines, dialed by its first Lock and closed a
+// minute after its last lease ends, or as soon as rdb is closed and no
+// lease is held; a Lock on a session that is up sends one write (behind
+// Sentinel, three: the replicas' ages, the grant, and a Sentinel's name of
+// the primary) and keeps no connection of its own. The README's "Many
+// leases, one session" says what a failure of a session's connection does
+// to its leases.
 //
 // ctx bounds the wait only; a Lock it cuts leaves no goroutine and no key
 // behind. A mistake fails the first attempt and returns at once: a wrong

@@ -10,11 +10,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A session is what the leases taken through one *redis.Client share on
-// its server: two connections of the issuer's own, whatever the number of
+// A session is what the leases taken through one client share on its
+// server: two connections of the issuer's own, whatever the number of
 // leases, and four goroutines. A Sentinel client's session dials the
 // primary its Sentinels name, again after every failure of a connection,
-// so it follows a failover.
+// so it follows a failover. A Cluster client has a session on each node
+// that serves a slot of a key it locks: a lease whose slot moves (MOVED,
+// ASK, a failover) moves to the session of the slot's new node, keeping
+// its deadline.
 //
 //   - cmd runs every script (grants, renewals, releases, reads) and WAIT,
 //     with CLIENT TRACKING ON REDIRECT trk NOLOOP: every key a script reads
