@@ -281,9 +281,17 @@ func (tr *trial) finish(f faulttrial.Fault) faulttrial.Trial {
 	var pLostAt, pGrantAt time.Time
 	var pLost, pGranted bool
 	// A′'s loss and B′'s grant are watched beside A's and B's: an A′ that
-	// is never told must not hold the trial up past B's bound.
-	for !gotB || !pLost || !pGranted {
+	// is never told must not hold the trial up past B's bound. Where A
+	// must be lost, its loss is waited for too, up to the bound: in a
+	// raced row it may come a moment after B's grant, and the trial must
+	// not end before it.
+	aDone := tr.a.Signal().Done()
+	aLost := f.Want == faulttrial.NoLoss
+	for !gotB || !pLost || !pGranted || !aLost {
 		select {
+		case <-aDone:
+			aLost = true
+			aDone = nil
 		case b = <-tr.bc:
 			gotB = true
 			tr.bc = nil
@@ -297,7 +305,7 @@ func (tr *trial) finish(f faulttrial.Fault) faulttrial.Trial {
 		case <-timeout:
 			goto done
 		}
-		if gotB && f.Want != faulttrial.NoLoss && pGranted && pLost {
+		if gotB && f.Want != faulttrial.NoLoss && pGranted && pLost && aLost {
 			break
 		}
 	}
