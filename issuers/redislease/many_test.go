@@ -2,6 +2,7 @@ package redislease_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -145,5 +146,56 @@ func TestLockCycleDialsNothing(t *testing.T) {
 	wg.Wait()
 	if after := totalConnections(t, op); after != before {
 		t.Errorf("640 Lock→Unlock cycles opened %d connections, want none", after-before)
+	}
+}
+
+// TestLockCycleCommands: once a client's session is up, a Lock→Unlock
+// cycle on a server without replicas sends two commands, the grant script
+// and the release script, each a round trip of its own, as bsm/redislock's
+// SET NX PX and release script are: two EVALs a cycle, and no command
+// that the scripts do not run themselves.
+func TestLockCycleCommands(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := client(t, srv.Addr())
+	admin := client(t, srv.Addr())
+	mustLock(t, short, rdb, keyName(t)).Unlock(t.Context()) // the session dials
+	calls := func() map[string]int64 {
+		t.Helper()
+		info, err := admin.Info(t.Context(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int64{}
+		for line := range strings.Lines(info) {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+			if !ok {
+				continue
+			}
+			n, _, _ := strings.Cut(rest, ",")
+			m[name], _ = strconv.ParseInt(n, 10, 64)
+		}
+		return m
+	}
+	// What the grant and release scripts call inside, besides the EVALs.
+	inside := map[string]bool{"time": true, "get": true, "set": true, "incr": true, "pexpire": true, "pttl": true, "del": true, "info": true}
+	const cycles = 100
+	before := calls()
+	for range cycles {
+		l, err := short.Lock(t.Context(), rdb, keyName(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := calls()
+	if n := after["eval"] - before["eval"]; n != 2*cycles {
+		t.Errorf("%d Lock→Unlock cycles sent %d EVALs, want %d (two a cycle)", cycles, n, 2*cycles)
+	}
+	for name, n := range after {
+		if d := n - before[name]; d != 0 && name != "eval" && !inside[name] {
+			t.Errorf("%d Lock→Unlock cycles sent %d %s, want none", cycles, d, name)
+		}
 	}
 }
