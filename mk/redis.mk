@@ -50,9 +50,12 @@ redis-deps:
 ## e2e-redis: vet the Redis example and run its tests against real servers,
 ## under the race detector: 3 trials of each fault and 1 of each sequence of
 ## faults with redsync's Mutex beside the holders, three holders over 100
-## rounds, leasetest's conformance suite (TestConformance), the demo.
+## rounds, 1,000 leases on a server, behind Sentinel and on a Cluster,
+## leasetest's conformance suite (TestConformance), the demo. -parallel 8:
+## the tests that mark themselves parallel spend their time waiting for
+## failovers and expiries, not working, and run side by side.
 e2e-redis: redis-deps
-	cd $(REDIS_EXAMPLE) && $(GO) vet ./... && $(REDIS_ENV) $(GO) test -race -count=1 -timeout 15m ./...
+	cd $(REDIS_EXAMPLE) && $(GO) vet ./... && $(REDIS_ENV) $(GO) test -race -count=1 -timeout 15m -parallel 8 ./...
 
 ## faults-redis: run each fault and each sequence of faults of the Redis
 ## issuer REDIS_FAULT_TRIALS times (30), with redsync's Mutex beside the

@@ -17,240 +17,24 @@ import (
 // comes after a tenth of it, and each next one after twice as long.
 const retryPause = 200 * time.Millisecond
 
-// grant is what acquire hands to the lease: its two connections, its token,
-// the send time of the write that granted the key, and the replicas every
-// later write must reach.
+// grant is what acquireShared hands to the lease: its session, the server
+// that granted the key, its token, the send time of the write that granted
+// the key, and the replicas every later write must reach.
 type grant struct {
-	lc, fc *conn
-	token  int64
-	sent   time.Time
-	need   int
-}
-
-// acquire waits until the lease id holds key, and returns the grant. If
-// try, it does not wait for another lease to let go: an attempt whose grant
-// script finds the key or its claim another lease's returns an error
-// wrapping [lease.ErrHeld].
-//
-// It dials two connections of its own: lc runs the grant script and WAIT,
-// fc tracks the key (CLIENT TRACKING), so that a release, a deletion or an
-// expiry of the key wakes it at once. A failure of the first attempt (a
-// wrong address or password, a missing permission, a replica's address) is
-// a mistake, returned at once; a later one is retried, with a pause that
-// grows, unless no retry can mend it.
-func (c Config) acquire(ctx context.Context, ep *endpoint, key, tkey, ckey, id string, try bool) (g grant, err error) {
-	var lc, fc *conn
-	defer func() {
-		if err != nil {
-			for _, cn := range []*conn{lc, fc} {
-				if cn != nil {
-					cn.close()
-				}
-			}
-		}
-	}()
-	first := true // a failure of the first attempt is a mistake
-	sent := false // a grant script was sent: the key may be this lease's
-	pause := retryPause / 10
-	var last error // what kept the last attempt from a grant, for a Lock cut by ctx
-	fail := func(e error) error {
-		err := lockError(ctx, e, last) // decided before giveUp, which may outlast ctx
-		if sent {
-			c.giveUp(ep, key, ckey, id)
-		}
-		return err
-	}
-	backoff := func() {
-		sleep(ctx, pause)
-		pause = min(2*pause, retryPause)
-	}
-	for {
-		if ep.clientClosed() {
-			// No Sentinel or Cluster map to ask any more: a grant could
-			// not be checked.
-			return g, fail(fmt.Errorf("the client was closed while Lock waited: %w", redis.ErrClosed))
-		}
-		if lc == nil || fc == nil {
-			var e error
-			if lc == nil {
-				lc, e = ep.dial(ctx, !first)
-			}
-			if e == nil && fc == nil {
-				if fc, e = ep.dial(ctx, !first); e == nil {
-					if _, e = fc.do(ctx, "CLIENT", "TRACKING", "ON"); e != nil {
-						fc.close()
-						fc = nil
-						e = fmt.Errorf("CLIENT TRACKING ON: %w", e)
-					}
-				}
-			}
-			if e != nil {
-				if first && !transient(e) || permanent(e) || ctx.Err() != nil {
-					return g, fail(e)
-				}
-				last = e
-				backoff()
-				continue
-			}
-		}
-		if lc.addr() != fc.addr() {
-			// Dialed on either side of a failover: the key must be
-			// tracked on the server that grants it.
-			last = fmt.Errorf("the lease's two connections reached %s and %s", lc.addr(), fc.addr())
-			lc, fc = dropDead(lc, true), dropDead(fc, true)
-			first = false
-			backoff()
-			continue
-		}
-		// An attempt is bounded, so that a server that stopped answering
-		// (paused, or cut off) is left for another, as Sentinel or Cluster
-		// names it: a round trip slower than the TTL could not hold the
-		// lease anyway.
-		actx, cancel := context.WithTimeout(ctx, c.TTL)
-		need, e := c.replicas(actx, lc, ep.sentinel)
-		if errors.Is(e, errUnsettled) {
-			// The server answered as a primary should: no mistake, and
-			// nothing to dial again.
-			cancel()
-			first = false
-			last = e
-			backoff()
-			continue
-		}
-		var rs []reply
-		var at time.Time
-		earlier := sent // an earlier attempt's script may have written the key
-		if e == nil {
-			// Read first, so that tracking covers every change after the
-			// script's answer: the key's, and its claim's.
-			_, e = fc.do(actx, "GET", key)
-			if e == nil {
-				if _, e = fc.do(actx, "GET", ckey); code(e) == "NOPERM" {
-					e = fmt.Errorf("the read of the key's claim %q, which the lease writes beside the key %q and its token counter %q (an ACL must allow all three): %w", ckey, key, tkey, e)
-				}
-			}
-		}
-		if e == nil {
-			cmds := [][]any{{"EVAL", grantScript, "3", key, tkey, ckey, id, strconv.FormatInt(c.TTL.Milliseconds(), 10)}}
-			if need > 0 {
-				cmds = append(cmds, []any{"WAIT", strconv.Itoa(need), strconv.FormatInt(max(1, (c.TTL/4).Milliseconds()), 10)})
-			}
-			at = time.Now() // before the send: never later than Redis runs it
-			sent = true
-			rs, e = lc.pipe(actx, cmds...)
-			if e == nil && rs[0].err != nil {
-				e = fmt.Errorf("the grant script: %w", rs[0].err)
-				if code(rs[0].err) == "NOPERM" && strings.Contains(rs[0].err.Error(), "key") {
-					e = fmt.Errorf("the grant script, which writes the key %q, its token counter %q and its claim %q (an ACL must allow all three): %w", key, tkey, ckey, rs[0].err)
-				}
-			}
-			if e == nil && need > 0 && rs[1].err != nil {
-				e = fmt.Errorf("WAIT: %w", rs[1].err)
-			}
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return g, fail(ctx.Err())
-		}
-		if e != nil {
-			if first && !transient(e) || permanent(e) {
-				return g, fail(e)
-			}
-			// The connection failed, or the server is not the primary
-			// any more: dial again (a Sentinel or Cluster client finds
-			// the new one).
-			lc, fc = dropDead(lc, !isServerError(e) || readOnly(e) || code(e) == "MOVED"), dropDead(fc, false)
-			last = e
-			backoff()
-			continue
-		}
-		first = false
-		res, _ := rs[0].v.([]any)
-		if len(res) != 2 {
-			return g, fail(fmt.Errorf("the grant script answered %v", rs[0].v))
-		}
-		ok, _ := res[0].(int64)
-		n, _ := res[1].(int64)
-		if ok == 1 {
-			if need > 0 {
-				if acked, _ := rs[1].v.(int64); acked < int64(need) {
-					// Taken on the primary, not yet on enough replicas:
-					// not a grant until they have it. The next attempt
-					// sets the expiry again.
-					last = fmt.Errorf("the key was taken on %s, but WAIT counted %d of the %d replicas it needs", lc.addr(), acked, need)
-					backoff()
-					continue
-				}
-			}
-			if ep.sentinel {
-				// Asked after the grant was confirmed: a primary that
-				// Sentinel replaced before then is not named any more.
-				if e := ep.checkPrimary(ctx, lc.addr()); e != nil {
-					// Not a grant, and the key is given back where it was
-					// written, so that it blocks no one for a TTL. The
-					// next attempt dials the primary Sentinel names; if
-					// that is this one after all, it grants the key again.
-					last = e
-					release(ctx, lc, key, ckey, id)
-					lc, fc = dropDead(lc, true), dropDead(fc, true)
-					backoff()
-					continue
-				}
-			}
-			return grant{lc: lc, fc: fc, token: n, sent: at, need: need}, nil
-		}
-		pause = retryPause / 10
-		last = fmt.Errorf("the key is held by another lease, its expiry %d ms away", n)
-		if try {
-			// This attempt's script answered and wrote nothing; fail
-			// gives back only what an earlier attempt's may have (one
-			// whose answer was lost, or short of replicas).
-			sent = earlier
-			return g, fail(fmt.Errorf("%w: %w", lease.ErrHeld, last))
-		}
-		// Held by another: wait for its key to change (tracking), to
-		// expire, or for the retry period.
-		wait := c.RetryPeriod
-		if n > 0 {
-			wait = min(wait, time.Duration(n)*time.Millisecond+time.Millisecond)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return g, fail(ctx.Err())
-		case <-t.C:
-		case <-fc.pushes:
-			t.Stop()
-		case <-fc.dead:
-			t.Stop()
-			fc.close()
-			fc = nil
-		}
-	}
-}
-
-// dropDead closes cn and returns nil if cn failed, or if force; it returns
-// cn otherwise.
-func dropDead(cn *conn, force bool) *conn {
-	if cn == nil {
-		return nil
-	}
-	select {
-	case <-cn.dead:
-		force = true
-	default:
-	}
-	if force {
-		cn.close()
-		return nil
-	}
-	return cn
+	addr  string   // the server of a session's grant
+	sess  *session // the session of a session's grant, with a reference
+	token int64
+	sent  time.Time
+	need  int
 }
 
 // errUnsettled reports a primary behind Sentinel none of whose replicas
 // has followed it for the TTL yet (see Config.replicas).
 var errUnsettled = errors.New("no replica has followed the primary for the TTL yet")
+
+// errSplit reports a session's two connections dialed on either side of a
+// failover: they reached two servers, and are dialed again.
+var errSplit = errors.New("the session's two connections reached two servers")
 
 // replicas returns how many replicas must acknowledge the lease's writes:
 // c.Replicas, or every replica the primary lists as connected, and at
@@ -274,7 +58,10 @@ var errUnsettled = errors.New("no replica has followed the primary for the TTL y
 //
 // CLIENT LIST tells how long each replica has been connected, in whole
 // seconds.
-func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, error) {
+//
+// Its commands are sent with send: lc is shared, and a cut ctx must not
+// break it.
+func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool, send func(context.Context, ...[]any) ([]reply, error)) (int, error) {
 	if c.Replicas > 0 && !sentinel {
 		return c.Replicas, nil
 	}
@@ -282,7 +69,7 @@ func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, err
 	if sentinel {
 		cmds = append(cmds, []any{"CLIENT", "LIST", "TYPE", "replica"})
 	}
-	rs, err := lc.pipe(ctx, cmds...)
+	rs, err := send(ctx, cmds...)
 	if err == nil && rs[0].err != nil {
 		err = fmt.Errorf("ROLE (Config.Replicas does without it, except behind Sentinel): %w", rs[0].err)
 	}
@@ -333,39 +120,6 @@ func (c Config) replicas(ctx context.Context, lc *conn, sentinel bool) (int, err
 	return need, nil
 }
 
-// giveUpTimeout bounds the release of a key that a Lock cut by its context
-// may have taken.
-const giveUpTimeout = 5 * time.Second
-
-// giveUp deletes key and its claim ckey if a grant script whose answer did
-// not come, or came too late, gave them to the lease id.
-func (c Config) giveUp(ep *endpoint, key, ckey, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), min(giveUpTimeout, c.TTL))
-	defer cancel()
-	cn, err := ep.dial(ctx, false)
-	if err != nil {
-		return // the key expires
-	}
-	defer cn.close()
-	release(ctx, cn, key, ckey, id)
-}
-
-// release deletes key and its claim ckey on cn, each if it holds the lease
-// id. They expire if this fails.
-func release(ctx context.Context, cn *conn, key, ckey, id string) {
-	script := `
-local n = 0
-for _, k in ipairs(KEYS) do
-  local v = redis.call('GET', k)
-  if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
-    n = n + redis.call('DEL', k)
-  end
-end
-return n
-`
-	cn.do(ctx, "EVAL", script, "2", key, ckey, id) //nolint:errcheck // the keys expire if this fails
-}
-
 // code returns the first word of a Redis error reply, or "".
 func code(err error) string {
 	var se *serverError
@@ -401,6 +155,9 @@ func redirected(err error, want string) (string, bool) {
 // for a moment: a slot moving, a server loading its data or busy. Not a
 // mistake, even on a Lock's first attempt.
 func transient(err error) bool {
+	if errors.Is(err, errSplit) {
+		return true
+	}
 	switch code(err) {
 	case "ASK", "MOVED", "TRYAGAIN", "LOADING", "BUSY", "CLUSTERDOWN", "MASTERDOWN":
 		return true
@@ -428,16 +185,45 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// acquireShared is acquire on a session: the grant script, and WAIT where
-// the server has replicas, in one write on the session's command
-// connection, which dials nothing once the session is up. The script reads
-// the key and its claim, which tracks them (the session's connection
-// tracks every key it reads), so a release or a deletion wakes a waiting
-// Lock at once, as does a release by a lease of the same session, which
-// Redis does not push to it (NOLOOP). The grant's lc and fc are nil.
-func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, id string, try bool) (g grant, err error) {
+// acquireShared waits until the lease id holds key on a session of rdb,
+// and returns the grant, with a reference to the session. If try, it does
+// not wait for another lease to let go: an attempt whose grant script
+// finds the key or its claim another lease's returns an error wrapping
+// [lease.ErrHeld].
+//
+// An attempt is the grant script, and WAIT where the server has replicas,
+// in one write on the session's command connection, which dials nothing
+// once the session is up; behind Sentinel, the replicas' ages before it
+// and a Sentinel's name of the primary after it. The script reads the key
+// and its claim, which tracks them (the session's connection tracks every
+// key it reads), so a release or a deletion wakes a waiting Lock at once,
+// as does a release by a lease of the same session, which Redis does not
+// push to it (NOLOOP). On a Cluster the session is that of the node that
+// serves the key's slot, found again after a MOVED or a failed attempt.
+//
+// A failure of the first attempt (a wrong address or password, a missing
+// permission, a replica's address) is a mistake, returned at once; a later
+// one is retried, with a pause that grows, unless no retry can mend it.
+func (c Config) acquireShared(ctx context.Context, rdb redis.UniversalClient, ep *endpoint, key, tkey, ckey, id string, try bool) (g grant, err error) {
+	k := sessKey{rdb: rdb}
+	if ep.cluster != nil {
+		opt, e := ep.options(ctx, false)
+		if e != nil {
+			return g, e
+		}
+		k.node = opt.Addr
+	}
+	s := join(k, ep, c.TTL)
 	woken, unwait := s.wait(key, ckey)
-	defer unwait()
+	defer func() {
+		unwait()
+		if err != nil {
+			s.leave()
+		}
+	}()
+	// On a Cluster, after a failure the next attempt goes to the node a
+	// MOVED named (to), or that the Cluster's map names (rehome).
+	to, rehome := "", false
 	first := true // a failure of the first attempt is a mistake
 	sent := false // a grant script was sent: the key may be this lease's
 	pause := retryPause / 10
@@ -457,18 +243,69 @@ func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, 
 		if ctx.Err() != nil {
 			return g, fail(ctx.Err())
 		}
+		if ep.cluster != nil && (to != "" || rehome) {
+			nk := sessKey{rdb: rdb, node: to}
+			if to == "" {
+				nk = s.key
+				if opt, e := ep.options(ctx, true); e == nil {
+					nk.node = opt.Addr
+				}
+			}
+			to, rehome = "", false
+			if nk != s.key {
+				unwait()
+				s.leave()
+				s = join(nk, ep, c.TTL)
+				woken, unwait = s.wait(key, ckey)
+			}
+		}
 		gen, dialed, e := s.current(ctx)
 		if e != nil {
 			if first && dialed && !transient(e) || permanent(e) || ctx.Err() != nil {
 				return g, fail(e)
 			}
+			rehome = true
 			first = false
 			last = e
 			backoff()
 			continue
 		}
 		need := c.Replicas
-		if need == 0 {
+		if s.ep.sentinel {
+			// Behind Sentinel, the replicas are read before each grant: a
+			// grant needs one that has followed the primary for the TTL
+			// (see Config.replicas).
+			if s.ep.clientClosed() {
+				return g, fail(fmt.Errorf("the client was closed while Lock waited: %w", redis.ErrClosed))
+			}
+			rctx, cancel := context.WithTimeout(ctx, c.TTL)
+			need, e = c.replicas(rctx, gen.cmd, true, func(ctx context.Context, cmds ...[]any) ([]reply, error) {
+				return gen.cmd.pipeShared(ctx, s.bound, cmds...)
+			})
+			timedOut := rctx.Err() != nil
+			cancel()
+			if ctx.Err() != nil {
+				return g, fail(ctx.Err())
+			}
+			if errors.Is(e, errUnsettled) {
+				first = false
+				last = e
+				backoff()
+				continue
+			}
+			if e != nil {
+				if first && !transient(e) && isServerError(e) || permanent(e) {
+					return g, fail(e)
+				}
+				if !isServerError(e) || readOnly(e) || timedOut {
+					s.drop(gen)
+				}
+				first = false
+				last = e
+				backoff()
+				continue
+			}
+		} else if need == 0 {
 			if gen.roleErr != nil {
 				return g, fail(gen.roleErr)
 			}
@@ -478,7 +315,10 @@ func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, 
 		if need > 0 {
 			cmds = append(cmds, []any{"WAIT", strconv.Itoa(need), strconv.FormatInt(max(1, (c.TTL/4).Milliseconds()), 10)})
 		}
-		// An attempt is bounded, as in acquire.
+		// An attempt is bounded, so that a server that stopped answering
+		// (paused, or cut off) is left for another, as Sentinel or Cluster
+		// names it: a round trip slower than the TTL could not hold the
+		// lease anyway.
 		actx, cancel := context.WithTimeout(ctx, c.TTL)
 		earlier := sent
 		at := time.Now() // before the send: never later than Redis runs it
@@ -511,6 +351,10 @@ func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, 
 				// The connection failed, timed out, or the server is a
 				// replica now: the session dials again.
 				s.drop(gen)
+				rehome = true
+			}
+			if addr, ok := redirected(e, "MOVED"); ok {
+				to = addr
 			}
 			first = false
 			last = e
@@ -528,15 +372,30 @@ func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, 
 			if need > 0 {
 				if acked, _ := rs[1].v.(int64); acked < int64(need) {
 					last = fmt.Errorf("the key was taken on %s, but WAIT counted %d of the %d replicas it needs", gen.cmd.addr(), acked, need)
-					if c.Replicas == 0 {
-						// A replica may be gone: learn ROLE again.
+					if c.Replicas == 0 && !s.ep.sentinel {
+						// A replica may be gone: learn ROLE again (behind
+						// Sentinel, each attempt reads it).
 						s.drop(gen)
 					}
 					backoff()
 					continue
 				}
 			}
-			return grant{token: n, sent: at, need: need}, nil
+			if s.ep.sentinel {
+				// Asked after the grant was confirmed: a primary that
+				// Sentinel replaced before then is not named any more.
+				if e := s.ep.checkPrimary(ctx, gen.cmd.addr()); e != nil {
+					// Not a grant: the key is given back where it was
+					// written, and the session dials the primary Sentinel
+					// names.
+					last = e
+					s.release(ctx, gen, key, ckey, id)
+					s.drop(gen)
+					backoff()
+					continue
+				}
+			}
+			return grant{token: n, sent: at, need: need, addr: gen.cmd.addr(), sess: s}, nil
 		}
 		pause = retryPause / 10
 		last = fmt.Errorf("the key is held by another lease, its expiry %d ms away", n)
@@ -560,26 +419,25 @@ func (c Config) acquireShared(ctx context.Context, s *session, key, tkey, ckey, 
 	}
 }
 
+// giveUpTimeout bounds the release of a key that a Lock cut by its context
+// may have taken.
+const giveUpTimeout = 5 * time.Second
+
 // giveUp deletes key and its claim ckey on the session if a grant script
 // whose answer did not come, or came too late, gave them to the lease id.
 func (s *session) giveUp(c Config, key, ckey, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(giveUpTimeout, c.TTL))
 	defer cancel()
-	g, _, err := s.current(ctx)
-	if err != nil {
-		return // the key expires
-	}
-	script := `
-local n = 0
-for _, k in ipairs(KEYS) do
-  local v = redis.call('GET', k)
-  if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
-    n = n + redis.call('DEL', k)
-  end
-end
-return n
-`
-	g.cmd.pipeShared(ctx, s.bound, []any{"EVAL", script, "2", key, ckey, id}) //nolint:errcheck // the keys expire if this fails
+	_, at, _ := s.send(ctx, []any{"EVAL", releaseScript, "2", key, ckey, id}) // the keys expire if this fails
+	at.wake(key)
+	at.wake(ckey)
+}
+
+// release deletes key and its claim ckey on g, each if it holds the lease
+// id, and wakes the session's Locks that wait for them. They expire if
+// this fails.
+func (s *session) release(ctx context.Context, g *generation, key, ckey, id string) {
+	g.cmd.pipeShared(ctx, s.bound, []any{"EVAL", releaseScript, "2", key, ckey, id}) //nolint:errcheck // the keys expire if this fails
 	s.wake(key)
 	s.wake(ckey)
 }

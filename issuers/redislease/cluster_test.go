@@ -17,6 +17,7 @@ import (
 // locked, handed over and deleted as on one server; the token counter
 // shares the key's slot, so the grant script may write both.
 func TestCluster(t *testing.T) {
+	t.Parallel() // its time is waits, not work: it runs beside the other waiting tests
 	c := redistest.StartCluster(t)
 	for _, tc := range []struct{ key, counter string }{
 		{"orders", "{orders}:redislease-token"},
@@ -76,6 +77,7 @@ var clusterTrials = flag.Int("cluster.trials", 1, "trials of each slot move of T
 // move or before it. A woken one is granted in milliseconds, which the
 // test logs, and must be within 2 s, whatever the machine's load.
 func TestClusterWaiterFollowsTheSlot(t *testing.T) {
+	t.Parallel() // its time is waits, not work: it runs beside the other waiting tests
 	c := redistest.StartCluster(t)
 	slow := redislease.Config{TTL: 10 * time.Second, RenewPeriod: time.Second, RetryPeriod: 10 * time.Second}
 	moves := []struct {

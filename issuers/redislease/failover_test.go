@@ -73,6 +73,7 @@ func TestReplicaCutStopsRenewals(t *testing.T) {
 // until a replica has followed the primary for the TTL; replicas that just
 // reconnected (as after a failover) hold it back that long.
 func TestSentinelGrantWaitsForASettledReplica(t *testing.T) {
+	t.Parallel() // its time is waits, not work: it runs beside the other waiting tests
 	g := redistest.StartGroup(t, 2)
 	if err := g.Primary.Client(t).ClientKillByFilter(t.Context(), "TYPE", "replica").Err(); err != nil {
 		t.Fatal(err)
@@ -88,6 +89,7 @@ func TestSentinelGrantWaitsForASettledReplica(t *testing.T) {
 // TestSentinelGrantNeedsAReplica: behind Sentinel, a primary that lists no
 // replica grants nothing; a Lock cut by its context says why.
 func TestSentinelGrantNeedsAReplica(t *testing.T) {
+	t.Parallel() // its time is waits, not work: it runs beside the other waiting tests
 	g := redistest.StartGroup(t, 2)
 	for _, r := range g.Replicas {
 		r.Kill()

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -280,9 +281,17 @@ func (tr *trial) finish(f faulttrial.Fault) faulttrial.Trial {
 	var pLostAt, pGrantAt time.Time
 	var pLost, pGranted bool
 	// A′'s loss and B′'s grant are watched beside A's and B's: an A′ that
-	// is never told must not hold the trial up past B's bound.
-	for !gotB || !pLost || !pGranted {
+	// is never told must not hold the trial up past B's bound. Where A
+	// must be lost, its loss is waited for too, up to the bound: in a
+	// raced row it may come a moment after B's grant, and the trial must
+	// not end before it.
+	aDone := tr.a.Signal().Done()
+	aLost := f.Want == faulttrial.NoLoss
+	for !gotB || !pLost || !pGranted || !aLost {
 		select {
+		case <-aDone:
+			aLost = true
+			aDone = nil
 		case b = <-tr.bc:
 			gotB = true
 			tr.bc = nil
@@ -296,7 +305,7 @@ func (tr *trial) finish(f faulttrial.Fault) faulttrial.Trial {
 		case <-timeout:
 			goto done
 		}
-		if gotB && f.Want != faulttrial.NoLoss && pGranted && pLost {
+		if gotB && f.Want != faulttrial.NoLoss && pGranted && pLost && aLost {
 			break
 		}
 	}
@@ -350,17 +359,31 @@ type fault struct {
 	apply func(tr *trial) // starts the fault; may set faultAt later than its start
 }
 
-// atOnce is how many trials of f run side by side: server faults one at a
-// time, benign faults two (they count false losses, and the load of many
-// trials at once on a 2-core machine is not part of the fault).
+// atOnce is how many trials of f run side by side: faults on a Sentinel
+// group or a Cluster of each trial's own three (their time is the wait for
+// a failover, not work), other server faults one at a time, benign faults
+// two (they count false losses, and the load of many trials at once on a
+// 2-core machine is not part of the fault).
 func (f fault) atOnce() int {
 	switch {
+	case f.beside():
+		return 3
 	case f.setup != nil:
 		return 1
 	case f.Want == faulttrial.NoLoss:
 		return 2
 	}
 	return holdersAtOnce
+}
+
+// beside reports whether f's trials start a Sentinel group or a Cluster
+// of their own: such rows run beside each other, after the others.
+func (f fault) beside() bool {
+	if f.setup == nil {
+		return false
+	}
+	p := reflect.ValueOf(f.setup).Pointer()
+	return p == reflect.ValueOf(ownGroup).Pointer() || p == reflect.ValueOf(ownCluster).Pointer()
 }
 
 // both runs do on A's key and on A′'s, in that order, and takes the
@@ -464,7 +487,16 @@ var faults = []fault{
 func TestFaults(t *testing.T) {
 	book := &faulttrial.Book{Peer: peerName}
 	var tokens tokenLog
-	for _, f := range faults {
+	// Each row's trials are added to the book in the rows' order, once
+	// all ran: the table's order is the list's.
+	type outcome struct {
+		res      faulttrial.Trial
+		a, b     int64
+		recorded bool
+	}
+	outcomes := make([][]outcome, len(faults))
+	row := func(k int, f fault) {
+		outcomes[k] = make([]outcome, *faultTrials)
 		t.Run(f.Name, func(t *testing.T) {
 			faulttrial.Concurrently(*faultTrials, f.atOnce(), func(i int) {
 				var s *setup
@@ -479,12 +511,35 @@ func TestFaults(t *testing.T) {
 				tr.faultAt = time.Now()
 				f.apply(tr)
 				res := tr.finish(f.Fault)
-				book.Add(f.Fault, res)
-				if res.Granted {
-					tokens.add(f.Name, tr.a.Token(), tr.grantedToken)
-				}
+				outcomes[k][i] = outcome{res, tr.a.Token(), tr.grantedToken, true}
 			})
 		})
+	}
+	// The rows on servers of their trials' own run beside each other,
+	// once the rows that share the test's server (and count its false
+	// losses) are done: their time is the wait for failovers.
+	for k, f := range faults {
+		if !f.beside() {
+			row(k, f)
+		}
+	}
+	var wg sync.WaitGroup
+	for k, f := range faults {
+		if f.beside() {
+			wg.Go(func() { row(k, f) })
+		}
+	}
+	wg.Wait()
+	for k, f := range faults {
+		for _, o := range outcomes[k] {
+			if !o.recorded {
+				continue // the trial stopped the test
+			}
+			book.Add(f.Fault, o.res)
+			if o.res.Granted {
+				tokens.add(f.Name, o.a, o.b)
+			}
+		}
 	}
 	paused := pausedTrials(t, *faultTrials)
 	book.Check(t)

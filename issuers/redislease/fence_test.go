@@ -34,6 +34,7 @@ func fencedWrite(ctx context.Context, rdb redis.UniversalClient, resource string
 // before it could notice), B is granted; A's write with its token is
 // refused, B's accepted. Tokens keep growing across deletions.
 func TestTokenRefusesStaleWrite(t *testing.T) {
+	t.Parallel() // its time is waits, not work: it runs beside the other waiting tests
 	rdb := client(t, shared.Addr())
 	key := keyName(t)
 	resource := key + ":resource"
@@ -88,6 +89,7 @@ func TestTokenCounterAheadOfTheClock(t *testing.T) {
 // again from the server's clock, above every token counted before; a stale
 // write of the holder from before the erasure is still refused.
 func TestTokenGrowsAcrossErasedCounter(t *testing.T) {
+	t.Parallel() // its time is waits, not work: it runs beside the other waiting tests
 	rdb := client(t, shared.Addr())
 	key := keyName(t)
 	resource := key + ":resource"

@@ -21,9 +21,10 @@ import (
 // the claim is gone.
 //
 // A Lease is made by [Lock] or [Config.Lock]; there is no useful zero value.
-// Its methods are safe for concurrent use. It renews the key, tracks it and
-// keeps a local deadline, on connections of its own, all of it until the
-// loss or the release, whichever comes first.
+// Its methods are safe for concurrent use. Its session renews the key,
+// tracks it and keeps the lease's local deadline, on connections the
+// leases of one client share, all of it until the loss or the release,
+// whichever comes first.
 type Lease struct {
 	ctrl  *controller.Controller
 	ep    *endpoint
@@ -39,16 +40,20 @@ type Lease struct {
 	server atomic.Pointer[string]
 
 	// sess is the session the lease shares with the other leases of its
-	// client (a *redis.Client, not Sentinel's), nil for a lease with
-	// connections of its own; next is when its session renews it next,
-	// guarded by the session's mutex.
+	// client (on a Cluster, of its client and its slot's node); next is
+	// when its session renews it next, guarded by the session's mutex.
 	sess *session
 	next time.Time
+	// mv guards sess, which changes when a Cluster slot moves, and gone,
+	// set once the lease was lost or released: it moves no more.
+	mv   sync.Mutex
+	gone bool
+	// asking is set while the lease's Cluster slot migrates to its
+	// session's node: its commands there go behind ASKING. Guarded by
+	// the session's mutex.
+	asking bool
 
-	stop     context.CancelFunc // stops renewing and following
-	workers  sync.WaitGroup     // the renewer and the follower
 	deadline deadline
-	lc       *conn // the renewer's last connection, set as it returns unless lost
 
 	once sync.Once
 	err  error // the release's outcome, set once
@@ -74,14 +79,16 @@ type Lease struct {
 // Cluster, the node of the key's slot: it dials connections of its own,
 // with rdb's dialer, credentials and database, which no caller can use,
 // close or kill without the lease noticing. Closing rdb later does not end
-// the lease. The leases of one *redis.Client (not a Sentinel client) share
-// one session: two connections to its server and four goroutines, dialed
-// by its first Lock and closed a minute after its last lease ends, or as
-// soon as rdb is closed and no lease is held; a Lock on a session that is
-// up sends one write and dials nothing. A Sentinel or Cluster client's
-// lease dials two connections of its own. The README's "Many leases, one
-// session" says what a failure of a session's connection does to its
-// leases.
+// the lease. The leases of one client share one session: two connections
+// to its server (behind Sentinel, the primary its Sentinels name at each
+// dial; on a Cluster, one session on each primary that serves a slot of
+// their keys) and four goroutines, dialed by its first Lock and closed a
+// minute after its last lease ends, or as soon as rdb is closed and no
+// lease is held; a Lock on a session that is up sends one write (behind
+// Sentinel, three: the replicas' ages, the grant, and a Sentinel's name of
+// the primary) and keeps no connection of its own. The README's "Many
+// leases, one session" says what a failure of a session's connection does
+// to its leases.
 //
 // ctx bounds the wait only; a Lock it cuts leaves no goroutine and no key
 // behind. A mistake fails the first attempt and returns at once: a wrong
@@ -127,39 +134,7 @@ func (c Config) lock(ctx context.Context, rdb redis.UniversalClient, key string,
 	var b [16]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	if cl, ok := rdb.(*redis.Client); ok && !ep.sentinel {
-		return c.lockShared(ctx, cl, ep, call, key, tkey, ckey, id, try)
-	}
-	g, err := c.acquire(ctx, ep, key, tkey, ckey, id, try)
-	if err != nil {
-		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
-	}
-	l := &Lease{
-		ctrl:  controller.New(key),
-		ep:    ep,
-		key:   key,
-		ckey:  ckey,
-		value: id + ":" + strconv.FormatInt(g.token, 10),
-		token: g.token,
-		cfg:   c,
-		need:  g.need,
-	}
-	l.setServer(g.lc.addr())
-	fctx, stop := context.WithCancel(context.Background())
-	l.stop = stop
-	// The deadline's timer loses the lease whatever the goroutines below
-	// are doing; it is armed before they start.
-	l.deadline.start(c, g.sent, l.lose)
-	l.workers.Add(2)
-	go func() {
-		defer l.workers.Done()
-		l.renew(fctx, g.lc, g.sent)
-	}()
-	go func() {
-		defer l.workers.Done()
-		l.follow(fctx, g.fc)
-	}()
-	return l, nil
+	return c.lockShared(ctx, rdb, ep, call, key, tkey, ckey, id, try)
 }
 
 // Signal returns the holder's view of the lease. Successive calls return the
@@ -200,62 +175,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		panic("redislease: Unlock called with a nil context")
 	}
-	l.once.Do(func() {
-		if l.sess != nil {
-			l.unlockShared(ctx)
-			return
-		}
-		l.ctrl.End()
-		l.stop()
-		l.workers.Wait()
-		l.deadline.stop()
-		cn, err := l.lc, error(nil)
-		if cn == nil || dropDead(cn, false) == nil {
-			cn, err = l.ep.dial(ctx, true)
-		}
-		if err == nil {
-			_, err = cn.do(ctx, "EVAL", unlockScript, "2", l.key, l.ckey, l.value)
-			cn.close()
-		}
-		if addr, ok := redirected(err, "MOVED"); ok {
-			// The key's Cluster slot moved: release it where the
-			// redirection says, as a Cluster client would.
-			err = l.unlockAt(ctx, false, addr)
-		} else if addr, ok := redirected(err, "ASK"); ok {
-			err = l.unlockAt(ctx, true, addr) // the slot is moving
-		}
-		if err != nil {
-			l.err = fmt.Errorf("redislease: unlock %q: %w", l.key, err)
-		}
-	})
+	l.once.Do(func() { l.unlockShared(ctx) })
 	return l.err
-}
-
-// unlockAt runs the unlock script on the Cluster node at addr, behind
-// ASKING if asking.
-func (l *Lease) unlockAt(ctx context.Context, asking bool, addr string) error {
-	if !asking {
-		l.ep.redirect(addr)
-	}
-	cn, err := l.ep.dialAt(ctx, false, addr)
-	if err != nil {
-		return err
-	}
-	defer cn.close()
-	cmds := [][]any{{"EVAL", unlockScript, "2", l.key, l.ckey, l.value}}
-	if asking {
-		cmds = append([][]any{{"ASKING"}}, cmds...)
-	}
-	rs, err := cn.pipe(ctx, cmds...)
-	if err != nil {
-		return err
-	}
-	for _, r := range rs {
-		if r.err != nil {
-			return r.err
-		}
-	}
-	return nil
 }
 
 func (l *Lease) setServer(addr string) { l.server.Store(&addr) }
@@ -265,22 +186,27 @@ func (l *Lease) setServer(addr string) { l.server.Store(&addr) }
 func (l *Lease) lose(cause error) {
 	l.ctrl.Lose(cause)
 	l.deadline.stop()
-	if l.sess != nil {
-		l.sess.forget(l)
-		return
-	}
-	l.stop()
+	l.leave().forget(l)
 }
 
-// lockShared is lock on the session of rdb, a *redis.Client that is not
-// a Sentinel client.
-func (c Config) lockShared(ctx context.Context, rdb *redis.Client, ep *endpoint, call, key, tkey, ckey, id string, try bool) (*Lease, error) {
-	s := join(rdb, ep, c.TTL)
-	g, err := c.acquireShared(ctx, s, key, tkey, ckey, id, try)
+// leave marks l gone from its session, which it returns: it moves no
+// more.
+func (l *Lease) leave() *session {
+	l.mv.Lock()
+	defer l.mv.Unlock()
+	l.gone = true
+	return l.sess
+}
+
+// lockShared is lock on a session of rdb: its server's, its primary's
+// behind Sentinel, or on a Cluster the session of the node that serves
+// the key's slot.
+func (c Config) lockShared(ctx context.Context, rdb redis.UniversalClient, ep *endpoint, call, key, tkey, ckey, id string, try bool) (*Lease, error) {
+	g, err := c.acquireShared(ctx, rdb, ep, key, tkey, ckey, id, try)
 	if err != nil {
-		s.leave()
 		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
 	}
+	s := g.sess
 	l := &Lease{
 		ctrl:  controller.New(key),
 		ep:    ep,
@@ -293,33 +219,29 @@ func (c Config) lockShared(ctx context.Context, rdb *redis.Client, ep *endpoint,
 		sess:  s,
 		next:  g.sent.Add(c.RenewPeriod),
 	}
+	l.setServer(g.addr)
 	l.deadline.start(c, g.sent, l.lose)
 	s.hold(l)
 	return l, nil
 }
 
 // unlockShared is Unlock of a lease on a session: the release runs on the
-// session's command connection.
+// session's command connection, or on a Cluster on that of the node a
+// redirection names.
 func (l *Lease) unlockShared(ctx context.Context) {
-	s := join(l.sess.rdb, l.ep, l.cfg.TTL) // kept open for the release
-	defer s.leave()
 	l.ctrl.End()
 	l.deadline.stop()
-	l.sess.forget(l)
-	g, _, err := s.current(ctx)
+	from := l.leave()
+	s := join(from.key, from.ep, l.cfg.TTL) // kept open for the release
+	defer s.leave()
+	from.forget(l)
+	r, at, err := s.send(ctx, []any{"EVAL", unlockScript, "2", l.key, l.ckey, l.value})
 	if err == nil {
-		var rs []reply
-		rs, err = g.cmd.pipeShared(ctx, s.bound, []any{"EVAL", unlockScript, "2", l.key, l.ckey, l.value})
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.drop(g)
-		case err == nil:
-			err = rs[0].err
-		}
+		err = r.err
 	}
 	// The release pushes nothing to this session's own Locks (NOLOOP).
-	s.wake(l.key)
-	s.wake(l.ckey)
+	at.wake(l.key)
+	at.wake(l.ckey)
 	if err != nil {
 		l.err = fmt.Errorf("redislease: unlock %q: %w", l.key, err)
 	}

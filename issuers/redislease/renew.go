@@ -7,143 +7,256 @@ import (
 	"time"
 )
 
-// renew renews the key every RenewPeriod from the grant sent at granted,
-// until ctx ends or the lease is lost. lc is the connection the grant was
-// written on; renew dials another when it fails, and leaves the last one
-// to Unlock.
-//
-// Each renewal is the renew script and, where replicas must acknowledge it,
-// WAIT, in one write on one connection: WAIT counts the replicas that have
-// everything this connection wrote. A renewal that found the key gone or
-// another value in it loses the lease at once; one that failed, timed out,
-// or reached fewer replicas than needed is tried again after a pause, and
-// moves nothing: only the deadline says that silence lasted too long.
-func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
-	defer func() {
-		// Unlock deletes the key on the connection that renewed it, so
-		// that a release needs no new connection: one refused at a
-		// server's connection limit would leave the key to its expiry. A
-		// lost lease keeps nothing open.
-		if lc != nil && l.ctrl.Signal().Err() == nil {
-			l.lc = lc
-		} else if lc != nil {
-			lc.close()
-		}
-	}()
-	ttl := strconv.FormatInt(l.cfg.TTL.Milliseconds(), 10)
-	pause := min(retryPause, l.cfg.RenewPeriod/4)
-	t := time.NewTimer(time.Until(granted.Add(l.cfg.RenewPeriod)))
-	defer t.Stop()
+// renewer renews the session's leases as they come due, and closes the
+// session once it is idle.
+func (s *session) renewer() {
+	defer s.workers.Done()
+	pause := retryPause / 10
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		// A renewal is abandoned at the deadline: its answer could no
-		// longer move it.
-		rctx, cancel := context.WithDeadline(ctx, l.deadline.current())
-		if lc == nil {
-			var err error
-			if lc, err = l.ep.dial(rctx, true); err != nil {
-				cancel()
-				lc = nil
-				t.Reset(pause)
-				continue
+		s.mu.Lock()
+		n := len(s.leases)
+		var due time.Time
+		for l := range s.leases {
+			if due.IsZero() || l.next.Before(due) {
+				due = l.next
 			}
 		}
-		cmds := [][]any{{"EVAL", renewScript, "2", l.key, l.ckey, l.value, ttl}}
-		if l.need > 0 {
-			wait := max(1, min(l.cfg.RenewPeriod, time.Until(l.deadline.current())).Milliseconds())
-			cmds = append(cmds, []any{"WAIT", strconv.Itoa(l.need), strconv.FormatInt(wait, 10)})
+		s.due = due
+		s.mu.Unlock()
+		wait := time.Until(due)
+		if n == 0 {
+			if s.closeIfIdle() {
+				return
+			}
+			wait = idlePoll
 		}
-		sent := time.Now() // before the send: never later than Redis runs it
-		rs, err := lc.pipe(rctx, cmds...)
-		server := lc.addr()
-		if err == nil && code(rs[0].err) == "ASK" {
-			rs, server, err = l.renewAsking(rctx, rs[0].err, cmds)
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-s.done:
+				t.Stop()
+				return
+			case <-s.renewC:
+				t.Stop()
+				continue
+			case <-t.C:
+			}
 		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			lc.close()
-			lc = nil
-			t.Reset(pause)
+		s.mu.Lock()
+		s.due = time.Time{}
+		s.mu.Unlock()
+		if n == 0 {
 			continue
 		}
-		if err := rs[0].err; err != nil {
-			switch {
-			case readOnly(err):
-				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrFailedOver, clock(sent), err))
-				return
-			case permanent(err):
-				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
-				return
-			}
-			// LOADING, BUSY, MOVED, TRYAGAIN: another server, or the same
-			// one later.
-			if addr, ok := redirected(err, "MOVED"); ok {
-				l.ep.redirect(addr)
-			}
-			lc.close()
-			lc = nil
-			t.Reset(pause)
-			continue
+		if s.renew() {
+			pause = retryPause / 10
+		} else {
+			sleepOr(s.done, pause)
+			pause = min(2*pause, retryPause)
 		}
-		switch v := rs[0].v.(type) {
-		case string:
-			l.lose(fmt.Errorf("%w: the renewal sent at %s found the key holding %q, not %q", ErrTakenOver, clock(sent), v, l.value))
-			return
-		case int64:
-			if v == 0 {
-				l.lose(fmt.Errorf("%w: the renewal sent at %s found no key", ErrDeleted, clock(sent)))
-				return
-			}
-		}
-		l.deadline.apply(sent)
-		l.setServer(server)
-		if l.need > 0 {
-			if err := rs[1].err; permanent(err) {
-				l.lose(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), err))
-				return
-			}
-			acked, _ := rs[1].v.(int64)
-			if rs[1].err != nil || acked < int64(l.need) {
-				// Only the primary has it: the replica promoted in its
-				// place would expire the key at the last confirmed
-				// write's expiry.
-				t.Reset(pause)
-				continue
-			}
-		}
-		l.deadline.confirm(sent)
-		t.Reset(time.Until(sent.Add(l.cfg.RenewPeriod)))
 	}
 }
 
-// renewAsking sends the renewal cmds to the Cluster node an ASK redirection
-// names, behind ASKING, as a Cluster client does: the key's slot is
-// migrating, and the key has moved to that node already. Until the slot is
-// reassigned, the renewal is confirmed there or nowhere.
-// It returns the replies and the address of the node that gave them.
-func (l *Lease) renewAsking(ctx context.Context, ask error, cmds [][]any) ([]reply, string, error) {
-	addr, ok := redirected(ask, "ASK")
+// renew sends one batch: every lease due within half its RenewPeriod. It
+// reports whether the connection answered.
+func (s *session) renew() bool {
+	now := time.Now()
+	s.mu.Lock()
+	g := s.g
+	var batch []*Lease
+	var latest time.Time
+	need := 0
+	for l := range s.leases {
+		if l.next.Sub(now) <= l.cfg.RenewPeriod/2 {
+			batch = append(batch, l)
+			need = max(need, l.need)
+		}
+	}
+	parts := s.split(batch, renewChunk)
+	s.mu.Unlock()
+	if len(batch) == 0 {
+		return true
+	}
+	if g == nil {
+		poke(s.checkC) // the checker dials again
+		return false
+	}
+	earliest := time.Time{}
+	for _, l := range batch {
+		at := l.deadline.current()
+		if at.After(latest) {
+			latest = at
+		}
+		if earliest.IsZero() || at.Before(earliest) {
+			earliest = at
+		}
+	}
+	var cmds [][]any
+	for _, p := range parts {
+		if p.asking {
+			cmds = append(cmds, []any{"ASKING"})
+		}
+		cmd := make([]any, 0, 3+4*len(p.ls))
+		cmd = append(cmd, "EVAL", renewManyScript, strconv.Itoa(len(p.ls)))
+		for _, l := range p.ls {
+			cmd = append(cmd, l.key)
+		}
+		for _, l := range p.ls {
+			cmd = append(cmd, l.ckey, l.value, strconv.FormatInt(l.cfg.TTL.Milliseconds(), 10))
+		}
+		cmds = append(cmds, cmd)
+	}
+	if need > 0 {
+		wait := max(1, min(batch[0].cfg.RenewPeriod, time.Until(earliest)).Milliseconds())
+		cmds = append(cmds, []any{"WAIT", strconv.Itoa(need), strconv.FormatInt(wait, 10)})
+	}
+	// A batch is abandoned at the latest deadline among its leases: its
+	// answer could no longer move any.
+	ctx, cancel := context.WithDeadline(context.Background(), latest)
+	defer cancel()
+	sent := time.Now() // before the send: never later than Redis runs it
+	rs, err := g.cmd.pipe(ctx, cmds...)
+	if err != nil {
+		s.drop(g)
+		return false
+	}
+	addr := g.cmd.addr()
+	acked, waitErr := int64(0), error(nil)
+	if need > 0 {
+		w := rs[len(rs)-1]
+		acked, _ = w.v.(int64)
+		waitErr = w.err
+	}
+	pause := retryPause
+	ok := true
+	i := 0
+	for _, p := range parts {
+		if p.asking {
+			i++ // ASKING's OK
+		}
+		r := rs[i]
+		i++
+		if r.err != nil {
+			switch {
+			case s.moved(p.ls, r.err):
+				// A Cluster slot moved, or is moving: its leases go to
+				// the node named, which reads their keys at once.
+			case readOnly(r.err):
+				for _, l := range p.ls {
+					l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrFailedOver, clock(sent), r.err))
+				}
+				s.drop(g) // a role change: learn it again
+			case permanent(r.err):
+				for _, l := range p.ls {
+					l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), r.err))
+				}
+			default:
+				// LOADING, BUSY, TRYAGAIN: the same server, later.
+				ok = false
+				s.mu.Lock()
+				for _, l := range p.ls {
+					l.next = time.Now().Add(min(pause, l.cfg.RenewPeriod/4))
+				}
+				s.mu.Unlock()
+			}
+			continue
+		}
+		res, _ := r.v.([]any)
+		for i, l := range p.ls {
+			var v any
+			if i < len(res) {
+				v = res[i]
+			}
+			switch v := v.(type) {
+			case string:
+				l.lose(fmt.Errorf("%w: the renewal sent at %s found the key holding %q, not %q", ErrTakenOver, clock(sent), v, l.value))
+				continue
+			case int64:
+				if v == 0 {
+					l.lose(fmt.Errorf("%w: the renewal sent at %s found no key", ErrDeleted, clock(sent)))
+					continue
+				}
+			}
+			l.deadline.apply(sent)
+			if l.need > 0 {
+				if permanent(waitErr) {
+					l.lose(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), waitErr))
+					continue
+				}
+				if waitErr != nil || acked < int64(l.need) {
+					// Only the primary has it: the replica promoted in
+					// its place would expire the key at the last
+					// confirmed write's expiry.
+					s.mu.Lock()
+					l.next = time.Now().Add(min(pause, l.cfg.RenewPeriod/4))
+					s.mu.Unlock()
+					continue
+				}
+			}
+			l.deadline.confirm(sent)
+			if *l.server.Load() != addr {
+				l.setServer(addr)
+			}
+			s.mu.Lock()
+			l.next = sent.Add(l.cfg.RenewPeriod)
+			s.mu.Unlock()
+		}
+	}
+	return ok
+}
+
+// part is the leases one script call covers: at most a chunk, and on a
+// Cluster node the leases of one slot, behind ASKING while it migrates.
+type part struct {
+	ls     []*Lease
+	asking bool
+}
+
+// split cuts ls into parts of at most chunk leases. On a Cluster node a
+// script's keys must share a slot, so each slot's leases go in parts of
+// their own. s.mu is held.
+func (s *session) split(ls []*Lease, chunk int) []part {
+	var parts []part
+	if s.key.node == "" {
+		for i := 0; i < len(ls); i += chunk {
+			parts = append(parts, part{ls: ls[i:min(i+chunk, len(ls))]})
+		}
+		return parts
+	}
+	type group struct {
+		slot   int
+		asking bool
+	}
+	at := map[group]int{} // the index in parts of the group's last part
+	for _, l := range ls {
+		k := group{slotOf(l.key), l.asking}
+		i, ok := at[k]
+		if !ok || len(parts[i].ls) == chunk {
+			i = len(parts)
+			at[k] = i
+			parts = append(parts, part{asking: l.asking})
+		}
+		parts[i].ls = append(parts[i].ls, l)
+	}
+	return parts
+}
+
+// moved moves ls to the Cluster node that err, a MOVED or ASK answer,
+// names, and reports whether it did.
+func (s *session) moved(ls []*Lease, err error) bool {
+	if s.key.node == "" {
+		return false
+	}
+	addr, ok := redirected(err, "MOVED")
+	asking := false
 	if !ok {
-		return nil, "", ask
+		if addr, ok = redirected(err, "ASK"); !ok {
+			return false
+		}
+		asking = true
 	}
-	cn, err := l.ep.dialAt(ctx, false, addr)
-	if err != nil {
-		return nil, "", err
+	for _, l := range ls {
+		l.move(addr, asking)
 	}
-	defer cn.close()
-	rs, err := cn.pipe(ctx, append([][]any{{"ASKING"}}, cmds...)...)
-	if err != nil {
-		return nil, "", err
-	}
-	if rs[0].err != nil {
-		return nil, "", rs[0].err
-	}
-	return rs[1:], cn.addr(), nil
+	return true
 }

@@ -104,7 +104,7 @@ func dialConn(ctx context.Context, dial func(context.Context) (net.Conn, error),
 		case errors.As(err, &se) && strings.Contains(se.msg, "max number of clients reached"):
 			// Redis answers a connection over maxclients so, whatever it
 			// was sent.
-			return nil, fmt.Errorf("the server's connection limit (maxclients) is reached; the lease holds two connections of its own per client and server (per lease on a Sentinel or Cluster client): %w", err)
+			return nil, fmt.Errorf("the server's connection limit (maxclients) is reached; the lease holds two connections of its own per client and server: %w", err)
 		case errors.As(err, &se) && se.code() == "ERR":
 			return nil, fmt.Errorf("HELLO 3 (Redis 6 or later is needed): %w", err)
 		}

@@ -91,23 +91,6 @@ call('GET', KEYS[1])
 return {1, t}
 `
 
-// renewScript sets the expiry of the key and of its claim again if the
-// key still holds this lease's value: it returns 1, or 0 if the key is
-// gone, or the value it holds.
-//
-// KEYS[1] the key, KEYS[2] its claim; ARGV[1] the lease's value, ARGV[2]
-// the TTL in milliseconds.
-const renewScript = `
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('SET', KEYS[2], v, 'PX', ARGV[2])
-  return 1
-end
-if v then return v end
-return 0
-`
-
 // unlockScript deletes the key if it still holds this lease's value, and
 // the claim if it is this lease's, and returns how many of the two it
 // deleted: a lease lost to a deletion of its key gives its claim back,
@@ -197,3 +180,17 @@ end
 return r
 `
 )
+
+// releaseScript deletes each key it is given that holds a value of the
+// lease ARGV[1] ("id:token" for any token): what a Lock gives back when a
+// grant's answer did not come, came too late, or was not a grant.
+const releaseScript = `
+local n = 0
+for _, k in ipairs(KEYS) do
+  local v = redis.call('GET', k)
+  if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. ':' then
+    n = n + redis.call('DEL', k)
+  end
+end
+return n
+`

@@ -101,6 +101,7 @@ var sequences = []sequence{
 // redsync's figures are recorded, not checked. With -faults.readme, it
 // writes the table into the README's sequences section.
 func TestSequences(t *testing.T) {
+	t.Parallel() // its time is waits, not work: it runs beside the other waiting tests
 	rows := make([]sequenceRow, len(sequences))
 	t.Run("each", func(t *testing.T) {
 		for i, s := range sequences {

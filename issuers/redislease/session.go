@@ -61,11 +61,6 @@ func newEndpoint(rdb redis.UniversalClient, key string, bound time.Duration) (*e
 	return nil, fmt.Errorf("a %T is not supported: pass a *redis.Client (redis.NewClient, or redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient", rdb)
 }
 
-// dial opens a connection of the lease's own to the primary of the key.
-func (e *endpoint) dial(ctx context.Context, reload bool) (*conn, error) {
-	return e.dialAt(ctx, reload, "")
-}
-
 // dialAt opens a connection of the lease's own to the server at addr, a
 // Cluster node the key's slot is migrating to, with the options of the
 // key's primary; "" means the primary itself.
@@ -151,18 +146,6 @@ func (e *endpoint) remember(opt *redis.Options, addr string) {
 	e.mu.Lock()
 	e.known = &o
 	e.mu.Unlock()
-}
-
-// redirect records that a Cluster node answered MOVED to addr: the key's
-// slot is served there now.
-func (e *endpoint) redirect(addr string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.known != nil {
-		o := *e.known
-		o.Addr = addr
-		e.known = &o
-	}
 }
 
 // dialWithin returns when dialer does or when ctx ends, whichever is first:

@@ -10,9 +10,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A session is what the leases taken through one *redis.Client (not a
-// Sentinel or Cluster client) share on its server: two connections of the
-// issuer's own, whatever the number of leases, and four goroutines.
+// A session is what the leases taken through one client share on its
+// server: two connections of the issuer's own, whatever the number of
+// leases, and four goroutines. A Sentinel client's session dials the
+// primary its Sentinels name, again after every failure of a connection,
+// so it follows a failover. A Cluster client has a session on each node
+// that serves a slot of a key it locks: a lease whose slot moves (MOVED,
+// ASK, a failover) moves to the session of the slot's new node, keeping
+// its deadline.
 //
 //   - cmd runs every script (grants, renewals, releases, reads) and WAIT,
 //     with CLIENT TRACKING ON REDIRECT trk NOLOOP: every key a script reads
@@ -39,7 +44,8 @@ import (
 // waiting Lock. The loss of a connection is not a loss of its leases: only
 // their deadlines run.
 type session struct {
-	rdb   *redis.Client
+	key   sessKey
+	rdb   redis.UniversalClient
 	ep    *endpoint
 	bound time.Duration // bounds a dial, a write, a read after a push
 
@@ -87,24 +93,43 @@ const (
 	idlePoll    = 20 * time.Millisecond
 )
 
-// sessions is the registry of sessions, one per client.
-var sessions struct {
-	mu sync.Mutex
-	m  map[*redis.Client]*session
+// sessKey names a session: a client, and on a Cluster the node.
+type sessKey struct {
+	rdb  redis.UniversalClient
+	node string // the address of a Cluster node; "" for a client of one server
 }
 
-// join returns the session of rdb, started if there is none, with one more
-// reference, which the caller gives back with leave.
-func join(rdb *redis.Client, ep *endpoint, bound time.Duration) *session {
+// sessions is the registry of sessions, one per client and, on a Cluster,
+// per node that serves a slot of a key this process locks.
+var sessions struct {
+	mu sync.Mutex
+	m  map[sessKey]*session
+}
+
+// join returns the session of k, started if there is none, with one more
+// reference, which the caller gives back with leave. ep is the endpoint of
+// the Lock that joins: a new session takes its options.
+func join(k sessKey, ep *endpoint, bound time.Duration) *session {
 	sessions.mu.Lock()
 	defer sessions.mu.Unlock()
-	s := sessions.m[rdb]
+	s := sessions.m[k]
 	if s == nil {
 		if sessions.m == nil {
-			sessions.m = map[*redis.Client]*session{}
+			sessions.m = map[sessKey]*session{}
+		}
+		if ep.cluster != nil {
+			// A node's session dials its node, with the options of
+			// the Cluster's nodes, whatever key led to it.
+			// Once the caller closed its client, the options it last
+			// had are all there is.
+			ep.mu.Lock()
+			known := ep.known
+			ep.mu.Unlock()
+			ep = &endpoint{rdb: ep.rdb, key: ep.key, cluster: ep.cluster, bound: ep.bound, known: known}
 		}
 		s = &session{
-			rdb:     rdb,
+			key:     k,
+			rdb:     k.rdb,
 			ep:      ep,
 			bound:   bound,
 			leases:  map[*Lease]struct{}{},
@@ -118,7 +143,7 @@ func join(rdb *redis.Client, ep *endpoint, bound time.Duration) *session {
 		// The reference is taken before the renewer starts: it closes a
 		// session it finds without one.
 		s.refs = 1
-		sessions.m[rdb] = s
+		sessions.m[k] = s
 		s.workers.Add(2)
 		go s.renewer()
 		go s.checker()
@@ -149,13 +174,13 @@ func (s *session) leave() {
 func (s *session) closeIfIdle() bool {
 	sessions.mu.Lock()
 	s.mu.Lock()
-	if s.refs > 0 || !closed(s.rdb) && time.Since(s.idle) < sessionIdle {
+	if s.refs > 0 || !s.ep.clientClosed() && time.Since(s.idle) < sessionIdle {
 		s.mu.Unlock()
 		sessions.mu.Unlock()
 		return false
 	}
 	s.closed = true
-	delete(sessions.m, s.rdb)
+	delete(sessions.m, s.key)
 	g := s.g
 	s.g = nil
 	s.mu.Unlock()
@@ -215,7 +240,7 @@ func (s *session) current(ctx context.Context) (g *generation, dialed bool, err 
 // dial dials a generation: trk, then cmd with its tracking redirected to
 // trk, then ROLE.
 func (s *session) dial(ctx context.Context) (*generation, error) {
-	trk, err := s.ep.dial(ctx, false)
+	trk, err := s.ep.dialAt(ctx, false, s.key.node)
 	if err != nil {
 		return nil, err
 	}
@@ -224,10 +249,18 @@ func (s *session) dial(ctx context.Context) (*generation, error) {
 		return nil, &serverError{msg: fmt.Sprintf("READONLY the server is not a primary: a replica's address? (HELLO says its role is %s)", trk.role())}
 	}
 	trk.setOnPush(s.push)
-	cmd, err := s.ep.dial(ctx, false)
+	cmd, err := s.ep.dialAt(ctx, false, s.key.node)
 	if err != nil {
 		trk.close()
 		return nil, err
+	}
+	if cmd.addr() != trk.addr() {
+		// Behind Sentinel, dialed on either side of a failover: the
+		// keys must be tracked on the server that writes them.
+		a, b := trk.addr(), cmd.addr()
+		cmd.close()
+		trk.close()
+		return nil, fmt.Errorf("%w: %s and %s", errSplit, a, b)
 	}
 	g := &generation{cmd: cmd, trk: trk}
 	ctx, cancel := context.WithTimeout(ctx, s.bound)
@@ -271,35 +304,6 @@ func (s *session) drop(g *generation) {
 	s.mu.Unlock()
 	g.cmd.fail(errConnClosed)
 	g.trk.fail(errConnClosed)
-	poke(s.checkC)
-}
-
-// push takes an invalidation from trk's reader: ["invalidate", keys], keys
-// nil for a flush of the database.
-func (s *session) push(p []any) {
-	s.mu.Lock()
-	var keys []any
-	if len(p) >= 2 {
-		keys, _ = p[1].([]any)
-	}
-	if len(p) < 2 || p[1] == nil {
-		s.all = true
-		for _, ws := range s.waiters {
-			for w := range ws {
-				poke(w)
-			}
-		}
-	}
-	for _, k := range keys {
-		key, _ := k.(string)
-		for w := range s.waiters[key] {
-			poke(w)
-		}
-		if _, ok := s.holders[key]; ok {
-			s.pushed[key] = struct{}{}
-		}
-	}
-	s.mu.Unlock()
 	poke(s.checkC)
 }
 
@@ -370,251 +374,50 @@ func (s *session) forget(l *Lease) {
 	s.leave()
 }
 
-// renewer renews the session's leases as they come due, and closes the
-// session once it is idle.
-func (s *session) renewer() {
-	defer s.workers.Done()
-	pause := retryPause / 10
-	for {
-		s.mu.Lock()
-		n := len(s.leases)
-		var due time.Time
-		for l := range s.leases {
-			if due.IsZero() || l.next.Before(due) {
-				due = l.next
-			}
-		}
-		s.due = due
-		s.mu.Unlock()
-		wait := time.Until(due)
-		if n == 0 {
-			if s.closeIfIdle() {
-				return
-			}
-			wait = idlePoll
-		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-s.done:
-				t.Stop()
-				return
-			case <-s.renewC:
-				t.Stop()
-				continue
-			case <-t.C:
-			}
-		}
-		s.mu.Lock()
-		s.due = time.Time{}
-		s.mu.Unlock()
-		if n == 0 {
-			continue
-		}
-		if s.renew() {
-			pause = retryPause / 10
-		} else {
-			sleepOr(s.done, pause)
-			pause = min(2*pause, retryPause)
-		}
-	}
-}
-
-// sleepOr waits d or until done is closed.
-func sleepOr(done <-chan struct{}, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-}
-
-// renew sends one batch: every lease due within half its RenewPeriod. It
-// reports whether the connection answered.
-func (s *session) renew() bool {
-	now := time.Now()
-	s.mu.Lock()
-	g := s.g
-	var batch []*Lease
-	var latest time.Time
-	need := 0
-	for l := range s.leases {
-		if l.next.Sub(now) <= l.cfg.RenewPeriod/2 {
-			batch = append(batch, l)
-			need = max(need, l.need)
-		}
-	}
-	s.mu.Unlock()
-	if len(batch) == 0 {
-		return true
-	}
-	if g == nil {
-		poke(s.checkC) // the checker dials again
-		return false
-	}
-	earliest := time.Time{}
-	for _, l := range batch {
-		at := l.deadline.current()
-		if at.After(latest) {
-			latest = at
-		}
-		if earliest.IsZero() || at.Before(earliest) {
-			earliest = at
-		}
-	}
-	var cmds [][]any
-	for i := 0; i < len(batch); i += renewChunk {
-		part := batch[i:min(i+renewChunk, len(batch))]
-		cmd := make([]any, 0, 3+4*len(part))
-		cmd = append(cmd, "EVAL", renewManyScript, strconv.Itoa(len(part)))
-		for _, l := range part {
-			cmd = append(cmd, l.key)
-		}
-		for _, l := range part {
-			cmd = append(cmd, l.ckey, l.value, strconv.FormatInt(l.cfg.TTL.Milliseconds(), 10))
-		}
-		cmds = append(cmds, cmd)
-	}
-	if need > 0 {
-		wait := max(1, min(batch[0].cfg.RenewPeriod, time.Until(earliest)).Milliseconds())
-		cmds = append(cmds, []any{"WAIT", strconv.Itoa(need), strconv.FormatInt(wait, 10)})
-	}
-	// A batch is abandoned at the latest deadline among its leases: its
-	// answer could no longer move any.
-	ctx, cancel := context.WithDeadline(context.Background(), latest)
-	defer cancel()
-	sent := time.Now() // before the send: never later than Redis runs it
-	rs, err := g.cmd.pipe(ctx, cmds...)
+// send runs cmd, a command on one key, on the session's command
+// connection; on a Cluster, a MOVED or ASK answer sends it once more to
+// the node it names, as a Cluster client would (behind ASKING for ASK).
+// It returns the reply and the session that gave it.
+func (s *session) send(ctx context.Context, cmd []any) (reply, *session, error) {
+	g, _, err := s.current(ctx)
 	if err != nil {
-		s.drop(g)
-		return false
+		return reply{}, s, err
 	}
-	acked, waitErr := int64(0), error(nil)
-	if need > 0 {
-		w := rs[len(rs)-1]
-		acked, _ = w.v.(int64)
-		waitErr = w.err
-	}
-	pause := retryPause
-	ok := true
-	for c := 0; c*renewChunk < len(batch); c++ {
-		part := batch[c*renewChunk : min((c+1)*renewChunk, len(batch))]
-		r := rs[c]
-		if r.err != nil {
-			switch {
-			case readOnly(r.err):
-				for _, l := range part {
-					l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrFailedOver, clock(sent), r.err))
-				}
-				s.drop(g) // a role change: learn it again
-			case permanent(r.err):
-				for _, l := range part {
-					l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), r.err))
-				}
-			default:
-				// LOADING, BUSY: the same server, later.
-				ok = false
-				s.mu.Lock()
-				for _, l := range part {
-					l.next = time.Now().Add(min(pause, l.cfg.RenewPeriod/4))
-				}
-				s.mu.Unlock()
-			}
-			continue
-		}
-		res, _ := r.v.([]any)
-		for i, l := range part {
-			var v any
-			if i < len(res) {
-				v = res[i]
-			}
-			switch v := v.(type) {
-			case string:
-				l.lose(fmt.Errorf("%w: the renewal sent at %s found the key holding %q, not %q", ErrTakenOver, clock(sent), v, l.value))
-				continue
-			case int64:
-				if v == 0 {
-					l.lose(fmt.Errorf("%w: the renewal sent at %s found no key", ErrDeleted, clock(sent)))
-					continue
-				}
-			}
-			l.deadline.apply(sent)
-			if l.need > 0 {
-				if permanent(waitErr) {
-					l.lose(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), waitErr))
-					continue
-				}
-				if waitErr != nil || acked < int64(l.need) {
-					// Only the primary has it: the replica promoted in
-					// its place would expire the key at the last
-					// confirmed write's expiry.
-					s.mu.Lock()
-					l.next = time.Now().Add(min(pause, l.cfg.RenewPeriod/4))
-					s.mu.Unlock()
-					continue
-				}
-			}
-			l.deadline.confirm(sent)
-			s.mu.Lock()
-			l.next = sent.Add(l.cfg.RenewPeriod)
-			s.mu.Unlock()
-		}
-	}
-	return ok
-}
-
-// checker reads the keys Redis pushed, dials the connections again when
-// they failed and leases need them, and wakes the waiting Locks after a
-// reconnection.
-func (s *session) checker() {
-	defer s.workers.Done()
-	pause := retryPause / 10
-	for {
-		s.mu.Lock()
-		g := s.g
-		s.mu.Unlock()
-		var cmdDead, trkDead <-chan struct{}
-		if g != nil {
-			cmdDead, trkDead = g.cmd.dead, g.trk.dead
-		}
-		select {
-		case <-s.done:
-			return
-		case <-s.checkC:
-		case <-cmdDead:
-			s.drop(g)
-		case <-trkDead:
+	rs, err := g.cmd.pipeShared(ctx, s.bound, cmd)
+	if err != nil {
+		if ctx.Err() == nil {
 			s.drop(g)
 		}
-		for {
-			s.mu.Lock()
-			g, live, waiting := s.g, len(s.leases), len(s.waiters)
-			s.mu.Unlock()
-			if g != nil || live == 0 && waiting == 0 {
-				break
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), s.bound)
-			_, _, err := s.current(ctx)
-			cancel()
-			if err == nil {
-				pause = retryPause / 10
-				break
-			}
-			if permanent(err) || readOnly(err) {
-				s.loseAll(err)
-				break
-			}
-			sleepOr(s.done, pause)
-			pause = min(2*pause, retryPause)
-			select {
-			case <-s.done:
-				return
-			default:
-			}
-		}
-		s.check()
+		return reply{}, s, err
 	}
+	if s.key.node == "" {
+		return rs[0], s, nil
+	}
+	cmds := [][]any{cmd}
+	addr, ok := redirected(rs[0].err, "MOVED")
+	if !ok {
+		if addr, ok = redirected(rs[0].err, "ASK"); !ok {
+			return rs[0], s, nil
+		}
+		cmds = [][]any{{"ASKING"}, cmd}
+	}
+	t := join(sessKey{rdb: s.rdb, node: addr}, s.ep, s.bound)
+	defer t.leave()
+	tg, _, err := t.current(ctx)
+	if err != nil {
+		return reply{}, t, err
+	}
+	rs, err = tg.cmd.pipeShared(ctx, t.bound, cmds...)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.drop(tg)
+		}
+		return reply{}, t, err
+	}
+	if rs[0].err != nil {
+		return rs[0], t, nil
+	}
+	return rs[len(rs)-1], t, nil
 }
 
 // loseAll loses every lease of the session: a reconnection reached a
@@ -640,108 +443,42 @@ func (s *session) loseAll(err error) {
 	}
 }
 
-// check reads the keys pushed, or every lease's key after a flush or a
-// reconnection, and loses each lease whose key is no longer its own.
-func (s *session) check() {
-	s.mu.Lock()
-	g := s.g
-	if g == nil {
-		s.mu.Unlock()
-		return
-	}
-	all := s.all
-	what := "an invalidation of the key"
-	var ls []*Lease
-	if all {
-		s.all = false
-		what = "an invalidation of every key (FLUSHALL or FLUSHDB), or a reconnection to " + g.cmd.addr()
-		for l := range s.leases {
-			ls = append(ls, l)
-		}
-		for _, ws := range s.waiters {
-			for w := range ws {
-				poke(w)
-			}
-		}
-	} else {
-		for k := range s.pushed {
-			if l := s.holders[k]; l != nil {
-				ls = append(ls, l)
-			}
-		}
-	}
-	clear(s.pushed)
-	s.mu.Unlock()
-	if len(ls) == 0 {
-		return
-	}
-	var cmds [][]any
-	for i := 0; i < len(ls); i += checkChunk {
-		part := ls[i:min(i+checkChunk, len(ls))]
-		track := make([]any, 0, 3+len(part))
-		track = append(track, "EVAL", trackScript, strconv.Itoa(len(part)))
-		expiry := make([]any, 0, 3+len(part))
-		expiry = append(expiry, "EVAL", expiryScript, "0")
-		for _, l := range part {
-			track = append(track, l.key)
-			expiry = append(expiry, l.key)
-		}
-		cmds = append(cmds, track, expiry)
-	}
-	applied := make([]time.Time, len(ls))
-	latest := time.Now().Add(s.bound)
-	for i, l := range ls {
-		applied[i] = l.deadline.lastApplied()
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), latest)
-	defer cancel()
-	sent := time.Now()
-	rs, err := g.cmd.pipe(ctx, cmds...)
-	answered := time.Now()
-	if err != nil {
-		s.drop(g)
-		return
-	}
-	for c := 0; 2*c < len(rs); c++ {
-		part := ls[c*checkChunk : min((c+1)*checkChunk, len(ls))]
-		vs, _ := rs[2*c].v.([]any)
-		ttls, _ := rs[2*c+1].v.([]any)
-		if rs[2*c].err != nil || rs[2*c+1].err != nil || len(vs) != len(part) || len(ttls) != len(part) {
-			// Read again on a new connection: the deadline covers the
-			// time the keys go unread.
-			s.drop(g)
-			return
-		}
-		for i, l := range part {
-			l.checked(vs[i], ttls[i], what, all, sent, answered, applied[c*checkChunk+i])
-		}
+// sleepOr waits d or until done is closed.
+func sleepOr(done <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }
 
-// checked loses l if the read of its key, sent at sent and answered at
-// answered, found it no longer l's: gone, another value, or an expiry
-// before the deadline (the deadline is then brought forward).
-func (l *Lease) checked(v, pttl any, what string, all bool, sent, answered, applied time.Time) {
-	switch v := v.(type) {
-	case string:
-		if v != l.value {
-			l.lose(fmt.Errorf("%w: the read after %s found the key holding %q, not %q", ErrTakenOver, what, v, l.value))
-			return
-		}
-	default:
-		how := "found no key"
-		if all {
-			how = "found no key: the database was flushed, or the server lost it"
-		}
-		l.lose(fmt.Errorf("%w: the read after %s %s", ErrDeleted, what, how))
+// move moves l to the session of the Cluster node at addr, behind ASKING
+// if asking (its slot migrates there), unless it was lost or released:
+// the node's session reads its key at once, which tracks it there, and
+// renews it from then on. Its deadline runs on meanwhile.
+func (l *Lease) move(addr string, asking bool) {
+	l.mv.Lock()
+	defer l.mv.Unlock()
+	from := l.sess
+	if l.gone {
 		return
 	}
-	// As in check: an expiry sooner than the lease's own writes set was
-	// set by another client.
-	ms, _ := pttl.(int64)
-	if ms >= 0 && answered.Add(time.Duration(ms)*time.Millisecond+l.cfg.Margin/4).Before(applied.Add(l.cfg.TTL)) {
-		expires := sent.Add(time.Duration(ms) * time.Millisecond)
-		l.deadline.shorten(expires, fmt.Errorf("%w: the read after %s, sent at %s, found the key expiring in %d ms, at %s, before the deadline less the margin %v",
-			ErrExpired, what, clock(sent), ms, clock(expires), l.cfg.Margin))
+	if from.key.node == addr {
+		from.mu.Lock()
+		l.asking = asking
+		from.mu.Unlock()
+		return
 	}
+	to := join(sessKey{rdb: from.rdb, node: addr}, from.ep, from.bound)
+	to.mu.Lock()
+	l.asking = asking
+	to.leases[l] = struct{}{}
+	to.holders[l.key] = l
+	to.pushed[l.key] = struct{}{}
+	to.mu.Unlock()
+	from.forget(l) // gives back l's reference to from; to's was taken by join
+	l.sess = to
+	poke(to.checkC)
+	poke(to.renewC)
 }

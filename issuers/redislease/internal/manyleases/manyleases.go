@@ -32,6 +32,17 @@ type Config struct {
 	TTL     time.Duration // the lease's TTL and redsync's expiry
 	Workers int           // the goroutines that grant, release and (redsync) extend; 32 if 0
 	Prefix  string        // the keys' prefix
+	// Client, if set, makes the client the leases are taken through (a
+	// Sentinel or Cluster client); Addr is then the server measured.
+	Client func() redis.UniversalClient
+}
+
+// client returns the client the leases are taken through.
+func (c Config) client() redis.UniversalClient {
+	if c.Client != nil {
+		return c.Client()
+	}
+	return redis.NewClient(&redis.Options{Addr: c.Addr})
 }
 
 // Result is what one client's N leases cost.
@@ -99,7 +110,7 @@ func (c Config) each(n int, f func(i int) error) error {
 // Lease holds c.N leases of redislease, through one client with the
 // Config of TTL c.TTL.
 func Lease(ctx context.Context, c Config) (Result, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: c.Addr})
+	rdb := c.client()
 	defer rdb.Close()
 	ls := make([]*redislease.Lease, c.N)
 	var r Result
@@ -136,16 +147,16 @@ func Lease(ctx context.Context, c Config) (Result, error) {
 // returns how long after the DEL returned its lease was lost, and how many
 // other leases were lost in the second after.
 func delOne(ctx context.Context, c Config, ls []*redislease.Lease) (time.Duration, int, error) {
-	admin := redis.NewClient(&redis.Options{Addr: c.Addr, PoolSize: 1})
-	defer admin.Close()
 	before := 0
 	for _, l := range ls {
 		if l.Signal().Err() != nil {
 			before++
 		}
 	}
+	op := c.client() // on a Cluster, routed to the key's node
+	defer op.Close()
 	i := len(ls) / 2
-	if err := admin.Del(ctx, c.key(i)).Err(); err != nil {
+	if err := op.Del(ctx, c.key(i)).Err(); err != nil {
 		return 0, 0, err
 	}
 	deleted := time.Now()
