@@ -102,3 +102,12 @@ func SetNotifyCall(expr string) (restore func()) {
 	notifySQL = strings.Replace(notifySQL, old, expr, 1)
 	return func() { notifyCall, notifySQL = old, oldSQL }
 }
+
+// SetTryStatement makes a Lock on a shared session run the prepared
+// statement name in place of its try, until the returned func. It must not
+// be called while a Lock runs.
+func SetTryStatement(name string) (restore func()) {
+	old := tryStatement
+	tryStatement = name
+	return func() { tryStatement = old }
+}

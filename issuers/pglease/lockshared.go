@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -115,7 +116,7 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 		granted, token, err := sh.take(ctx, c.Fence, key)
 		if err != nil {
 			var gone errSessionGone
-			if errors.As(err, &gone) && ctx.Err() == nil {
+			if errors.As(err, &gone) && ctx.Err() == nil && !errors.Is(err, ErrPooled) {
 				marked = false
 				leave() // the session ended, and the lock with it: try on another
 				continue
@@ -200,6 +201,59 @@ const fenceSQL = "insert into %s as t (key, token) select %d, 1 where %s " +
 // WAL) and costs one statement.
 const unlockMarkSQL = "select pg_catalog.pg_advisory_unlock(%d), pg_catalog.pg_try_advisory_xact_lock(%d, %d), pg_catalog.pg_backend_pid() where %s"
 
+// The statements of a lock cycle on a shared session, prepared once when it
+// opens (prepareCycleSQL): a Lock's try of a free lock without a fencing
+// table, and every release. Each is then one Bind, Execute and Sync, which
+// the server runs from its plan without parsing and planning the statement
+// again. A prepared statement lives in the server session that prepared it:
+// run anywhere else, it fails (invalid_sql_statement_name), which ends the
+// session with ErrPooled, and it is gated on the session all the same.
+const releaseStatement = "pglease_release"
+
+// tryStatement is the name of the prepared try; the tests run another
+// name in its place.
+var tryStatement = "pglease_try"
+
+// prepareCycleSQL returns the statements that prepare tryStatement (the
+// key, bigint) and releaseStatement (the key and its mark's halves, see
+// unlockMarkSQL), both gated on the session by ours.
+func prepareCycleSQL(ours string) string {
+	return "prepare pglease_try (pg_catalog.int8) as " +
+		"select pg_catalog.pg_try_advisory_lock($1), pg_catalog.pg_backend_pid() where " + ours + "; " +
+		"prepare " + releaseStatement + " (pg_catalog.int8, pg_catalog.int4, pg_catalog.int4) as " +
+		"select pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_try_advisory_xact_lock($2, $3), pg_catalog.pg_backend_pid() where " + ours
+}
+
+// executeMessage returns the messages that run the prepared statement stmt
+// with params, each in binary, and ask for its rows in text: Bind, Execute
+// and Sync, written at once.
+func executeMessage(stmt string, params ...[]byte) []byte {
+	n := 4 + 1 + len(stmt) + 1 + 2 + 2 + 2 + 2
+	for _, p := range params {
+		n += 4 + len(p)
+	}
+	b := make([]byte, 0, 1+n+1+9+1+4)
+	b = append(b, 'B')
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	b = append(b, 0) // the unnamed portal
+	b = append(b, stmt...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint16(b, 1) // one format for every parameter:
+	b = binary.BigEndian.AppendUint16(b, 1) // binary
+	b = binary.BigEndian.AppendUint16(b, uint16(len(params)))
+	for _, p := range params {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p)))
+		b = append(b, p...)
+	}
+	b = binary.BigEndian.AppendUint16(b, 0) // every column in text
+	b = append(b, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
+	return append(b, 'S', 0, 0, 0, 4)
+}
+
+// int8Param and int4Param encode a parameter in binary.
+func int8Param(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+func int4Param(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
+
 // notifySQL announces the release of a key (%[2]d) on notifyChannel, gated
 // on the session (%[5]s).
 //
@@ -261,7 +315,7 @@ func (sh *shared) unmark(key int64) {
 func (sh *shared) take(ctx context.Context, fence pgx.Identifier, key int64) (granted bool, token int64, err error) {
 	ours := sh.s.ours()
 	if fence == nil {
-		rows, err := sh.exec(fmt.Sprintf(tryLockSQL, key, ours))
+		rows, err := sh.send(executeMessage(tryStatement, int8Param(key)))
 		if err != nil {
 			return false, 0, fmt.Errorf("try the lock: %w", err)
 		}
@@ -336,7 +390,7 @@ func (sh *shared) holds(key int64) (bool, error) {
 func (sh *shared) release(key int64) error {
 	hi, lo := markKeys(key)
 	ours := sh.s.ours()
-	rows, err := sh.exec(fmt.Sprintf(unlockMarkSQL, key, hi, lo, ours))
+	rows, err := sh.send(executeMessage(releaseStatement, int8Param(key), int4Param(hi), int4Param(lo)))
 	if err == nil && string(rows[0][0]) != "t" {
 		err = errors.New("the session did not hold the lock")
 	}

@@ -402,3 +402,26 @@ func TestUnlockKeepsSessionWhenNotifyFails(t *testing.T) {
 		unlock(t, l)
 	}
 }
+
+// TestUnknownStatementEndsSession: a prepared statement of the lock cycle
+// that the server session does not know (run in another server session, or
+// deallocated under the issuer) ends the shared session with ErrPooled, and
+// loses the leases on it: the session is not the one that prepared it.
+func TestUnknownStatementEndsSession(t *testing.T) {
+	pool := newPool(t, server, server.Addr())
+	a := lock(t, fast, pool, "beside an unknown statement")
+	restore := pglease.SetTryStatement("pglease_unknown")
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if l, err := fast.Lock(ctx, pool, "unknown statement"); !errors.Is(err, pglease.ErrPooled) {
+		if err == nil {
+			l.Unlock(ctx)
+		}
+		t.Fatalf("Lock through an unknown prepared statement = %v, want ErrPooled at once", err)
+	}
+	restore()
+	if err := waitLost(t, a); !isLost(err, pglease.ErrPooled) {
+		t.Errorf("the lease on the session: Err() = %v, want ErrPooled", err)
+	}
+}
