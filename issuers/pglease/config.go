@@ -47,6 +47,31 @@ const (
 	timeoutPerDeadline    = 2
 )
 
+// unannouncedGrace is how long a Lock that found the lock held, and was
+// then granted it on a try after a release that no Unlock announced (see
+// notifySQL), waits before it returns; an announcement heard meanwhile ends
+// the wait at once, so that a hand-over from a lease's Unlock keeps its
+// milliseconds.
+//
+// A release that nobody announced is a holder's session ended by the server
+// (pg_terminate_backend, a crashed backend, a shutdown), a lock taken and
+// released by hand, or a lease's Unlock whose announcement is still on its
+// way. The server frees the ended session's locks as it sends the end to
+// the holder's process, which loses the leases once it reads it: a network
+// delay plus its own scheduling later, up to 12.3 ms measured with 250
+// leases on the session on a loaded 2-core machine. One Heartbeat covers
+// that many times over (100 ms in the tests, 1 s by default), and is the
+// period in which the holder's process must already send and hear its
+// heartbeats (Deadline exceeds a heartbeat plus a round trip), so that a
+// process that cannot read its connection within it would lose its
+// leases at its deadline anyway. The rigorous bound, Deadline (the holder
+// loses the lease by its own deadline once its session is gone), would
+// make every takeover after a crash or a release by hand wait that long; a
+// Heartbeat is the measured race's bound with a wide margin, not a proof.
+// It assumes the processes that take a lock share its Config's durations,
+// as they share its key.
+func (c Config) unannouncedGrace() time.Duration { return c.Heartbeat }
+
 // leasesPerSession is how many leases a shared session takes before the
 // leases of its pool open another, up to Config.Sessions: a pool of few
 // leases keeps one session, and one of many spreads them, so that a

@@ -1,9 +1,12 @@
 package pglease_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -257,3 +260,89 @@ func unlock(t testing.TB, l *pglease.Lease) {
 
 // isLost reports whether err is the loss of a lease with cause want.
 func isLost(err, want error) bool { return err != nil && errors.Is(err, want) }
+
+// The environment of a waiter process (startProcessWaiter).
+const (
+	waiterAddr    = "PGLEASE_WAITER_ADDR"    // the server's address
+	waiterSubject = "PGLEASE_WAITER_SUBJECT" // the subject it locks
+	waiterBackOff = "PGLEASE_WAITER_BACKOFF" // set: it tries as Lock does by default
+)
+
+// waiterChild is the body of a waiter process: it locks its subject with
+// sturdy on a pool of its own, trying every millisecond (or backing off as
+// Lock does by default, with waiterBackOff), prints "waiting" once its Lock
+// waits and, once granted, "granted" and the wall clock in nanoseconds;
+// then it releases the lease and exits.
+func waiterChild() int {
+	if os.Getenv(waiterBackOff) == "" {
+		defer pglease.SetPolls(time.Millisecond, time.Millisecond)()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@"+os.Getenv(waiterAddr)+"/postgres?sslmode=disable")
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	defer pool.Close()
+	subject := os.Getenv(waiterSubject)
+	go func() {
+		for pglease.Waiting(sturdy.Key(subject)) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Println("waiting")
+	}()
+	l, err := sturdy.Lock(ctx, pool, subject)
+	at := time.Now()
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Println("granted", at.UnixNano())
+	l.Unlock(ctx)
+	return 0
+}
+
+// startProcessWaiter starts a process that waits with Lock for subject on
+// s, as another process of the fleet does, trying every millisecond unless
+// backOff, and returns once its Lock waits, with a channel that receives
+// when its Lock returned (zero if it failed).
+func startProcessWaiter(t testing.TB, s *pgtest.Server, subject string, backOff bool) <-chan time.Time {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), waiterAddr+"="+s.Addr(), waiterSubject+"="+subject)
+	if backOff {
+		cmd.Env = append(cmd.Env, waiterBackOff+"=1")
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "waiting" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the waiter process: %q, want waiting", lines.Text())
+	}
+	ch := make(chan time.Time, 1)
+	go func() {
+		var at time.Time
+		if lines.Scan() {
+			var ns int64
+			if _, err := fmt.Sscanf(lines.Text(), "granted %d", &ns); err == nil {
+				at = time.Unix(0, ns)
+			} else {
+				t.Errorf("the waiter process: %q, want granted", lines.Text())
+			}
+		}
+		for lines.Scan() {
+		}
+		cmd.Wait()
+		ch <- at
+	}()
+	return ch
+}

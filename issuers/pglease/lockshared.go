@@ -24,7 +24,7 @@ import (
 // tries catch a release that sends nothing: a holder's session ended or
 // killed, a lock taken and released by hand. pollMax bounds the grant's lag
 // behind such a release.
-const (
+var (
 	pollFirst = 10 * time.Millisecond
 	pollMax   = 500 * time.Millisecond
 )
@@ -72,6 +72,10 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 	}
 	delay := pollFirst
 	var stopWaiting func()
+	// held: a try of this Lock found the lock held by another session.
+	// announced: a release of the lock was announced since the last such
+	// try (see Config.unannouncedGrace).
+	held, announced := false, false
 	for {
 		if sh == nil {
 			var err error
@@ -123,6 +127,27 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 			}
 			return fail(err)
 		}
+		if granted && held && !announced {
+			// The holder's release was not announced: its session may
+			// have ended, which frees the lock before its process reads
+			// the end and loses the lease. Wait for that process, or for
+			// the announcement of a release that was a lease's Unlock.
+			t := time.NewTimer(c.unannouncedGrace())
+			select {
+			case <-wake:
+			case <-t.C:
+			case <-sh.quit:
+				t.Stop()
+				marked = false
+				leave() // the session ended, and the lock with it: try on another
+				continue
+			case <-ctx.Done():
+				t.Stop()
+				sh.release(key)
+				return fail(fmt.Errorf("wait for the announcement of the lock's release: %w", context.Cause(ctx)))
+			}
+			t.Stop()
+		}
 		if granted {
 			unmark()
 			if err := step(ctx, stepFence); err != nil {
@@ -139,6 +164,11 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 		if try {
 			return fail(fmt.Errorf("%w: another session holds the lock", lease.ErrHeld))
 		}
+		held, announced = true, false
+		select {
+		case <-wake: // an announcement heard before this try is not of the next release
+		default:
+		}
 		if !marked {
 			// Mark the wait, then try again at once: a release before the
 			// mark announced nothing, and one after it announces itself.
@@ -151,8 +181,10 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 				return fail(err)
 			default:
 				// Not marked: a release's check held the mark's lock for
-				// its statement, so the lock was just released.
+				// its statement, so a lease's Unlock just released the
+				// lock, which counts as its announcement.
 				marked = ok
+				announced = announced || !ok
 			}
 			continue
 		}
@@ -164,6 +196,7 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 		delay = min(2*delay, pollMax)
 		select {
 		case <-wake:
+			announced = true
 		case <-t.C:
 		case <-sh.quit:
 		case <-ctx.Done():
