@@ -122,7 +122,10 @@ type Config struct {
 	// zero), at least MinHeartbeat and shorter than Deadline. A heartbeat is
 	// a statement that returns pg_backend_pid() and the session's marker
 	// (see SessionPooler), sent on the lease's session without waiting for
-	// the previous one's reply: a lease sends one every Heartbeat.
+	// the previous one's reply: a lease sends one every Heartbeat. It is
+	// also how long a Lock on a shared session waits, once granted after a
+	// release that no Unlock announced, for the old holder's process to
+	// learn that its session ended.
 	Heartbeat time.Duration
 
 	// Deadline is how long after sending a heartbeat the lease stays live
