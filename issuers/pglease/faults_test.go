@@ -181,7 +181,7 @@ func TestFaults(t *testing.T) {
 		}
 		defer sp.Close()
 		lostN := 0
-		n := trials(30, 2)
+		n := trials(30, 1)
 		for i := range n {
 			r, leases := startSharedTrial(t, server, sp.Addr(), admin, slow, fmt.Sprintf("slowed-%d", i))
 			r.fault(func() { sp.Delay(slow.Deadline / 4) })

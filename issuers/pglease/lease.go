@@ -73,8 +73,8 @@ func Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*Lease, erro
 // next try, which comes at most pollMax (500 ms) after the previous, takes
 // it; no statement waits on the server. A lock taken on a try after a
 // release that nobody announced (a holder's session ended, a lock released
-// by hand) is returned a Heartbeat later, or at an announcement heard
-// meanwhile, so that the old holder's process learns of the end first. With [Config.OwnSession], Lock
+// by hand) is returned a Deadline later, or at an announcement heard
+// meanwhile, so that the old holder's lease is lost first. With [Config.OwnSession], Lock
 // takes a connection out of pool for the lease alone and waits with
 // pg_advisory_lock.
 //

@@ -76,6 +76,9 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 	// announced: a release of the lock was announced since the last such
 	// try (see Config.unannouncedGrace).
 	held, announced := false, false
+	// afterOwn: the Lock waited for a lease of this process on the lock,
+	// whose loss or release the process knew before the Lock tried it.
+	afterOwn := false
 	for {
 		if sh == nil {
 			var err error
@@ -106,6 +109,7 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 					stopWaiting := markWaiting(key)
 					u, err = claim(ctx, id)
 					stopWaiting()
+					afterOwn = true
 				}
 				if err != nil {
 					return fail(fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err))
@@ -127,11 +131,13 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 			}
 			return fail(err)
 		}
-		if granted && held && !announced {
+		if granted && held && !announced && !afterOwn {
 			// The holder's release was not announced: its session may
 			// have ended, which frees the lock before its process reads
 			// the end and loses the lease. Wait for that process, or for
-			// the announcement of a release that was a lease's Unlock.
+			// the announcement of a release that was a lease's Unlock. A
+			// Lock that waited for a lease of this process saw that
+			// lease lost or released first, and tried after it.
 			t := time.NewTimer(c.unannouncedGrace())
 			select {
 			case <-wake:

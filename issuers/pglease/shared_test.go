@@ -283,10 +283,11 @@ func TestLockWaitKeepsHeartbeats(t *testing.T) {
 // process's Lock.
 func TestUnlockWakesWaiter(t *testing.T) {
 	pa := newPool(t, server, server.Addr())
+	w := startProcessWaiters(t, server, "hand-over", true, 20)
 	var lags []time.Duration
 	for range 20 {
 		a := lock(t, fast, pa, "hand-over")
-		ch := startProcessWaiter(t, server, "hand-over", true)
+		ch := w.wait(t)
 		// Let the waiter's tries back off to their longest wait first.
 		time.Sleep(time.Second)
 		released := time.Now()
@@ -460,7 +461,7 @@ func TestUnknownStatementEndsSession(t *testing.T) {
 // waiter, a Lock in another process that tries every millisecond, finds it
 // free about 30 ms before the holder can read the end. The waiter's Lock
 // must not return before the holder's lease is lost: a release that no
-// Unlock announced makes it wait for the holder's process (a heartbeat, cut
+// Unlock announced makes it wait for the holder's process (a deadline, cut
 // short by an announcement).
 func TestWaiterWaitsForEndedHolder(t *testing.T) {
 	admin := connect(t, server, server.Addr())
