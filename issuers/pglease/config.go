@@ -59,7 +59,7 @@ const (
 // is still on its way. The server frees an ended session's locks as it
 // sends the end to the holder's process, which loses the leases once it
 // reads it: a network delay, and its own scheduling, later. That delay has
-// no bound a client can state (with 250 leases on the session, 25 ms at
+// no bound a client can state (with 250 leases on the session, 34 ms at
 // most in 30 trials on a loaded 2-core machine, 167 ms under the race
 // detector), but the holder's own deadline bounds it: a lease is lost
 // Deadline after the send of its session's last confirmed statement at
