@@ -503,3 +503,47 @@ func TestWaiterWaitsForEndedHolder(t *testing.T) {
 		t.Errorf("in %d of %d trials the waiter process was granted before the ended holder's lease was lost, by at most %v", early, *sharedTrials, worst)
 	}
 }
+
+// TestLockCutInUnannouncedWait: a Lock granted after a release by hand,
+// which nobody announced, waits a deadline before it returns; cut by its
+// context in that wait, it returns the context's error and gives the lock
+// back.
+func TestLockCutInUnannouncedWait(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	pool := newPool(t, server, server.Addr())
+	key := fast.Key("cut in the wait")
+	other := connect(t, server, server.Addr())
+	if _, err := other.Exec(context.Background(), "select pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := make(chan error, 1)
+	go func() {
+		l, err := fast.Lock(ctx, pool, "cut in the wait")
+		if err == nil {
+			l.Unlock(context.Background())
+		}
+		ch <- err
+	}()
+	for pglease.Waiting(key) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := other.Exec(context.Background(), "select pg_advisory_unlock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	// The Lock's session takes the lock at its next try, and waits.
+	for keyLocks(t, admin, key) == 0 {
+		select {
+		case err := <-ch:
+			t.Fatalf("Lock returned %v before it was cut, in its wait for the announcement", err)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-ch; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock cut in its wait = %v, want context.Canceled", err)
+	}
+	waitKeyFree(t, admin, key)
+}
