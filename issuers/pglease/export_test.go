@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -101,4 +102,22 @@ func SetNotifyCall(expr string) (restore func()) {
 	notifyCall = expr
 	notifySQL = strings.Replace(notifySQL, old, expr, 1)
 	return func() { notifyCall, notifySQL = old, oldSQL }
+}
+
+// SetTryStatement makes a Lock on a shared session run the prepared
+// statement name in place of its try, until the returned func. It must not
+// be called while a Lock runs.
+func SetTryStatement(name string) (restore func()) {
+	old := tryStatement
+	tryStatement = name
+	return func() { tryStatement = old }
+}
+
+// SetPolls sets the first and the longest wait between two tries of a
+// Lock on a shared session, until the returned func. It must not be called
+// while a Lock runs.
+func SetPolls(first, longest time.Duration) (restore func()) {
+	f, m := pollFirst, pollMax
+	pollFirst, pollMax = first, longest
+	return func() { pollFirst, pollMax = f, m }
 }

@@ -51,7 +51,13 @@ var (
 	fDeaf      = faulttrial.Fault{Name: "server's replies dropped at the proxy", Want: faulttrial.LossNeeded}
 	fStopped   = faulttrial.Fault{Name: "A's backend stopped (SIGSTOP)", Want: faulttrial.LossNeeded}
 	fLatency   = faulttrial.Fault{Name: "latency: 500 ms each way (a round trip of half the 2 s deadline) for 4 s", Want: faulttrial.NoLoss}
+	fSlowed    = faulttrial.Fault{Name: "a shared session of 250 leases slowed: 500 ms each way for 4 s (A one of them)", Want: faulttrial.NoLoss}
+	fBouncer   = faulttrial.Fault{Name: "PgBouncer's KILL of the database under a shared session of 250 leases (session mode; A one of them)", Want: faulttrial.Raced}
 )
+
+// sharedLeases is how many leases the shared-session rows hold on the one
+// session of their pool.
+const sharedLeases = 250
 
 // The goals of the issue, checked with -pg.goals.
 const (
@@ -164,6 +170,59 @@ func TestFaults(t *testing.T) {
 			add(fLatency, r.hold(t, 2*slow.Deadline, func() { proxy.Heal() }))
 		}
 	})
+	// A shared session with many leases on it: slowed, every lease must be
+	// kept; reset by the pooler in front of it (KILL, then RESUME), every
+	// lease is lost.
+	var sharedLost []string
+	t.Run("shared slowed", func(t *testing.T) {
+		sp, err := faultnet.Listen(server.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sp.Close()
+		lostN := 0
+		n := trials(30, 1)
+		for i := range n {
+			r, leases := startSharedTrial(t, server, sp.Addr(), admin, slow, fmt.Sprintf("slowed-%d", i))
+			r.fault(func() { sp.Delay(slow.Deadline / 4) })
+			add(fSlowed, r.hold(t, 2*slow.Deadline, func() { sp.Heal() }))
+			lostN += releaseAll(leases)
+			sp.Cut()
+		}
+		if lostN > 0 {
+			t.Errorf("%d of %d leases on slowed shared sessions lost, want 0", lostN, n*sharedLeases)
+		}
+		sharedLost = append(sharedLost, fmt.Sprintf("slowed: %d of %d leases lost in %d trials", lostN, n*sharedLeases, n))
+	})
+	t.Run("pooler reset", func(t *testing.T) {
+		b := startBouncer(t, "session", 8)
+		cfg := fast
+		cfg.SessionPooler = true
+		n := trials(30, 2)
+		keptN := 0
+		for i := range n {
+			r, leases := startSharedTrial(t, server, b.Addr(), admin, cfg, fmt.Sprintf("reset-%d", i))
+			r.fault(func() {
+				if err := b.Admin(context.Background(), "KILL postgres"); err != nil {
+					t.Fatal(err)
+				}
+			})
+			// PgBouncer tells its client the database was removed (FATAL).
+			add(fBouncer, r.finish(t, waitTimeout, waitTimeout, pglease.ErrTerminated))
+			for _, l := range leases {
+				if err := waitLostOr(l); !isLost(err, pglease.ErrTerminated) {
+					keptN++
+					t.Errorf("a lease on the reset session: Err() = %v, want ErrTerminated", err)
+				}
+			}
+			releaseAll(leases)
+			// A killed database waits for RESUME before it takes clients.
+			if err := b.Admin(context.Background(), "RESUME postgres"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sharedLost = append(sharedLost, fmt.Sprintf("pooler reset: %d of %d leases not lost in %d trials", keptN, n*sharedLeases, n))
+	})
 	for _, mode := range []string{"fast", "immediate"} {
 		t.Run(mode+" shutdown", func(t *testing.T) {
 			s, err := pgtest.Start()
@@ -195,7 +254,7 @@ func TestFaults(t *testing.T) {
 		if !*goalTrials {
 			cmd = "make e2e-pg"
 		}
-		table := book.Table(cmd) + "\n" + goals
+		table := book.Table(cmd) + "\n" + goals + "\nThe shared-session rows, every lease on the session: " + strings.Join(sharedLost, "; ") + ".\n"
 		if err := faulttrial.WriteTable(*readme, table); err != nil {
 			t.Fatal(err)
 		}
@@ -244,6 +303,38 @@ type trial struct {
 	stamp *faulttrial.Stamp
 	at    time.Time // when the fault was made
 	seen  time.Time // when the test saw A's Done closed, if it did
+}
+
+// startSharedTrial takes sharedLeases leases through addr with cfg, on one
+// shared session of a pool of their own, A the first of them, and starts
+// B's wait for A's lock.
+func startSharedTrial(t *testing.T, s *pgtest.Server, addr string, admin *pgx.Conn, cfg pglease.Config, prefix string) (*trial, []*pglease.Lease) {
+	t.Helper()
+	r := &trial{aPool: dialPool(t, s, addr)}
+	leases := lockMany(t, cfg, r.aPool, prefix, sharedLeases)
+	r.a = leases[0]
+	r.aPID = holder(t, admin, r.a.Key())
+	r.b = startWaiter(t, s, admin, r.a.Key())
+	r.stamp = faulttrial.StampWhen(r.a.Signal().Done())
+	return r, leases
+}
+
+// releaseAll unlocks leases and returns how many of them were lost.
+func releaseAll(leases []*pglease.Lease) int {
+	lost := 0
+	for _, l := range leases {
+		if l.Signal().Err() != nil {
+			lost++
+		}
+		l.Unlock(context.Background())
+	}
+	return lost
+}
+
+// waitLostOr waits up to waitTimeout for l's loss and returns its Err.
+func waitLostOr(l *pglease.Lease) error {
+	seen(l.Signal().Done(), waitTimeout)
+	return l.Signal().Err()
 }
 
 // startTrial takes A's lease through addr and starts B's wait.

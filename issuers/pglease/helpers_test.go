@@ -1,9 +1,14 @@
 package pglease_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -257,3 +262,129 @@ func unlock(t testing.TB, l *pglease.Lease) {
 
 // isLost reports whether err is the loss of a lease with cause want.
 func isLost(err, want error) bool { return err != nil && errors.Is(err, want) }
+
+// The environment of a waiter process (startProcessWaiter).
+const (
+	waiterAddr    = "PGLEASE_WAITER_ADDR"    // the server's address
+	waiterSubject = "PGLEASE_WAITER_SUBJECT" // the subject it locks
+	waiterBackOff = "PGLEASE_WAITER_BACKOFF" // set: it tries as Lock does by default
+	waiterRounds  = "PGLEASE_WAITER_ROUNDS"  // how many times it locks, each after a line on its input
+)
+
+// waiterChild is the body of a waiter process: it locks its subject with
+// fast (a 1 s deadline, which a release that nobody announced makes it
+// wait) on a pool of its own, trying every millisecond (or backing off as
+// Lock does by default, with waiterBackOff), prints "waiting" once its Lock
+// waits and, once granted, "granted" and the wall clock in nanoseconds,
+// then releases the lease; it does so waiterRounds times, each after a line
+// on its input, and exits.
+func waiterChild() int {
+	if os.Getenv(waiterBackOff) == "" {
+		defer pglease.SetPolls(time.Millisecond, time.Millisecond)()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*waitTimeout)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@"+os.Getenv(waiterAddr)+"/postgres?sslmode=disable")
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	defer pool.Close()
+	subject := os.Getenv(waiterSubject)
+	rounds, _ := strconv.Atoi(os.Getenv(waiterRounds))
+	in := bufio.NewScanner(os.Stdin)
+	for range rounds {
+		if !in.Scan() {
+			return 1
+		}
+		waited := make(chan struct{})
+		go func() {
+			defer close(waited)
+			for pglease.Waiting(fast.Key(subject)) == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			fmt.Println("waiting")
+		}()
+		l, err := fast.Lock(ctx, pool, subject)
+		at := time.Now()
+		<-waited
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("granted", at.UnixNano())
+		l.Unlock(ctx)
+	}
+	return 0
+}
+
+// A processWaiter is a process that waits with Lock for a subject, as
+// another process of the fleet does, once for each of its rounds.
+type processWaiter struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines *bufio.Scanner
+}
+
+// startProcessWaiters starts a waiter process of rounds rounds for
+// subject on s, trying every millisecond unless backOff; the process is
+// ended at the end of the test.
+func startProcessWaiters(t testing.TB, s *pgtest.Server, subject string, backOff bool, rounds int) *processWaiter {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), waiterAddr+"="+s.Addr(), waiterSubject+"="+subject, waiterRounds+"="+strconv.Itoa(rounds))
+	if backOff {
+		cmd.Env = append(cmd.Env, waiterBackOff+"=1")
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return &processWaiter{cmd: cmd, in: in, lines: bufio.NewScanner(out)}
+}
+
+// wait starts the process's next round and returns once its Lock waits,
+// with a channel that receives when its Lock returned (zero if it failed).
+func (w *processWaiter) wait(t testing.TB) <-chan time.Time {
+	t.Helper()
+	if _, err := io.WriteString(w.in, "go\n"); err != nil {
+		t.Fatalf("the waiter process: %v", err)
+	}
+	if !w.lines.Scan() || w.lines.Text() != "waiting" {
+		t.Fatalf("the waiter process: %q, want waiting", w.lines.Text())
+	}
+	ch := make(chan time.Time, 1)
+	go func() {
+		var at time.Time
+		if w.lines.Scan() {
+			var ns int64
+			if _, err := fmt.Sscanf(w.lines.Text(), "granted %d", &ns); err == nil {
+				at = time.Unix(0, ns)
+			}
+		}
+		ch <- at
+	}()
+	return ch
+}
+
+// startProcessWaiter starts a process that waits once with Lock for
+// subject on s, trying every millisecond unless backOff, and returns once
+// its Lock waits, with a channel that receives when its Lock returned
+// (zero if it failed).
+func startProcessWaiter(t testing.TB, s *pgtest.Server, subject string, backOff bool) <-chan time.Time {
+	t.Helper()
+	return startProcessWaiters(t, s, subject, backOff, 1).wait(t)
+}

@@ -71,7 +71,10 @@ func Lock(ctx context.Context, pool *pgxpool.Pool, subject string) (*Lease, erro
 // When another session holds the lock, Lock waits in the process until a
 // release that a lease of any process announces (LISTEN/NOTIFY), or its
 // next try, which comes at most pollMax (500 ms) after the previous, takes
-// it; no statement waits on the server. With [Config.OwnSession], Lock
+// it; no statement waits on the server. A lock taken on a try after a
+// release that nobody announced (a holder's session ended, a lock released
+// by hand) is returned a Deadline later, or at an announcement heard
+// meanwhile, so that the old holder's lease is lost first. With [Config.OwnSession], Lock
 // takes a connection out of pool for the lease alone and waits with
 // pg_advisory_lock.
 //

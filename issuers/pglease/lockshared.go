@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -23,7 +24,7 @@ import (
 // tries catch a release that sends nothing: a holder's session ended or
 // killed, a lock taken and released by hand. pollMax bounds the grant's lag
 // behind such a release.
-const (
+var (
 	pollFirst = 10 * time.Millisecond
 	pollMax   = 500 * time.Millisecond
 )
@@ -71,6 +72,13 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 	}
 	delay := pollFirst
 	var stopWaiting func()
+	// held: a try of this Lock found the lock held by another session.
+	// announced: a release of the lock was announced since the last such
+	// try (see Config.unannouncedGrace).
+	held, announced := false, false
+	// afterOwn: the Lock waited for a lease of this process on the lock,
+	// whose loss or release the process knew before the Lock tried it.
+	afterOwn := false
 	for {
 		if sh == nil {
 			var err error
@@ -101,6 +109,7 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 					stopWaiting := markWaiting(key)
 					u, err = claim(ctx, id)
 					stopWaiting()
+					afterOwn = true
 				}
 				if err != nil {
 					return fail(fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err))
@@ -115,12 +124,35 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 		granted, token, err := sh.take(ctx, c.Fence, key)
 		if err != nil {
 			var gone errSessionGone
-			if errors.As(err, &gone) && ctx.Err() == nil {
+			if errors.As(err, &gone) && ctx.Err() == nil && !errors.Is(err, ErrPooled) {
 				marked = false
 				leave() // the session ended, and the lock with it: try on another
 				continue
 			}
 			return fail(err)
+		}
+		if granted && held && !announced && !afterOwn {
+			// The holder's release was not announced: its session may
+			// have ended, which frees the lock before its process reads
+			// the end and loses the lease. Wait for that process, or for
+			// the announcement of a release that was a lease's Unlock. A
+			// Lock that waited for a lease of this process saw that
+			// lease lost or released first, and tried after it.
+			t := time.NewTimer(c.unannouncedGrace())
+			select {
+			case <-wake:
+			case <-t.C:
+			case <-sh.quit:
+				t.Stop()
+				marked = false
+				leave() // the session ended, and the lock with it: try on another
+				continue
+			case <-ctx.Done():
+				t.Stop()
+				sh.release(key)
+				return fail(fmt.Errorf("wait for the announcement of the lock's release: %w", context.Cause(ctx)))
+			}
+			t.Stop()
 		}
 		if granted {
 			unmark()
@@ -138,6 +170,11 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 		if try {
 			return fail(fmt.Errorf("%w: another session holds the lock", lease.ErrHeld))
 		}
+		held, announced = true, false
+		select {
+		case <-wake: // an announcement heard before this try is not of the next release
+		default:
+		}
 		if !marked {
 			// Mark the wait, then try again at once: a release before the
 			// mark announced nothing, and one after it announces itself.
@@ -150,8 +187,10 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 				return fail(err)
 			default:
 				// Not marked: a release's check held the mark's lock for
-				// its statement, so the lock was just released.
+				// its statement, so a lease's Unlock just released the
+				// lock, which counts as its announcement.
 				marked = ok
+				announced = announced || !ok
 			}
 			continue
 		}
@@ -163,6 +202,7 @@ func (c Config) lockShared(ctx context.Context, pool *pgxpool.Pool, key int64, s
 		delay = min(2*delay, pollMax)
 		select {
 		case <-wake:
+			announced = true
 		case <-t.C:
 		case <-sh.quit:
 		case <-ctx.Done():
@@ -199,6 +239,59 @@ const fenceSQL = "insert into %s as t (key, token) select %d, 1 where %s " +
 // sends no notify (its commit would need a transaction id and a flush of the
 // WAL) and costs one statement.
 const unlockMarkSQL = "select pg_catalog.pg_advisory_unlock(%d), pg_catalog.pg_try_advisory_xact_lock(%d, %d), pg_catalog.pg_backend_pid() where %s"
+
+// The statements of a lock cycle on a shared session, prepared once when it
+// opens (prepareCycleSQL): a Lock's try of a free lock without a fencing
+// table, and every release. Each is then one Bind, Execute and Sync, which
+// the server runs from its plan without parsing and planning the statement
+// again. A prepared statement lives in the server session that prepared it:
+// run anywhere else, it fails (invalid_sql_statement_name), which ends the
+// session with ErrPooled, and it is gated on the session all the same.
+const releaseStatement = "pglease_release"
+
+// tryStatement is the name of the prepared try; the tests run another
+// name in its place.
+var tryStatement = "pglease_try"
+
+// prepareCycleSQL returns the statements that prepare tryStatement (the
+// key, bigint) and releaseStatement (the key and its mark's halves, see
+// unlockMarkSQL), both gated on the session by ours.
+func prepareCycleSQL(ours string) string {
+	return "prepare pglease_try (pg_catalog.int8) as " +
+		"select pg_catalog.pg_try_advisory_lock($1), pg_catalog.pg_backend_pid() where " + ours + "; " +
+		"prepare " + releaseStatement + " (pg_catalog.int8, pg_catalog.int4, pg_catalog.int4) as " +
+		"select pg_catalog.pg_advisory_unlock($1), pg_catalog.pg_try_advisory_xact_lock($2, $3), pg_catalog.pg_backend_pid() where " + ours
+}
+
+// executeMessage returns the messages that run the prepared statement stmt
+// with params, each in binary, and ask for its rows in text: Bind, Execute
+// and Sync, written at once.
+func executeMessage(stmt string, params ...[]byte) []byte {
+	n := 4 + 1 + len(stmt) + 1 + 2 + 2 + 2 + 2
+	for _, p := range params {
+		n += 4 + len(p)
+	}
+	b := make([]byte, 0, 1+n+1+9+1+4)
+	b = append(b, 'B')
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	b = append(b, 0) // the unnamed portal
+	b = append(b, stmt...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint16(b, 1) // one format for every parameter:
+	b = binary.BigEndian.AppendUint16(b, 1) // binary
+	b = binary.BigEndian.AppendUint16(b, uint16(len(params)))
+	for _, p := range params {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p)))
+		b = append(b, p...)
+	}
+	b = binary.BigEndian.AppendUint16(b, 0) // every column in text
+	b = append(b, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
+	return append(b, 'S', 0, 0, 0, 4)
+}
+
+// int8Param and int4Param encode a parameter in binary.
+func int8Param(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+func int4Param(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
 
 // notifySQL announces the release of a key (%[2]d) on notifyChannel, gated
 // on the session (%[5]s).
@@ -261,7 +354,7 @@ func (sh *shared) unmark(key int64) {
 func (sh *shared) take(ctx context.Context, fence pgx.Identifier, key int64) (granted bool, token int64, err error) {
 	ours := sh.s.ours()
 	if fence == nil {
-		rows, err := sh.exec(fmt.Sprintf(tryLockSQL, key, ours))
+		rows, err := sh.send(executeMessage(tryStatement, int8Param(key)))
 		if err != nil {
 			return false, 0, fmt.Errorf("try the lock: %w", err)
 		}
@@ -336,7 +429,7 @@ func (sh *shared) holds(key int64) (bool, error) {
 func (sh *shared) release(key int64) error {
 	hi, lo := markKeys(key)
 	ours := sh.s.ours()
-	rows, err := sh.exec(fmt.Sprintf(unlockMarkSQL, key, hi, lo, ours))
+	rows, err := sh.send(executeMessage(releaseStatement, int8Param(key), int4Param(hi), int4Param(lo)))
 	if err == nil && string(rows[0][0]) != "t" {
 		err = errors.New("the session did not hold the lock")
 	}

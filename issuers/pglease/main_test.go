@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childAddr) != "" {
 		os.Exit(child()) // a process of TestPoolerTransactionRefused
 	}
+	if os.Getenv(waiterAddr) != "" {
+		os.Exit(waiterChild()) // another process's waiter (startProcessWaiter)
+	}
 	var err error
 	server, err = pgtest.Start()
 	if err != nil {

@@ -188,8 +188,8 @@ func (st *sessionSet) open(ctx context.Context, c Config, key int64) (*shared, e
 	if err := s.set(ctx, c, true); err != nil {
 		return fail(err)
 	}
-	if _, err := s.pc.Exec(ctx, "listen "+notifyChannel).ReadAll(); err != nil {
-		return fail(fmt.Errorf("listen for releases: %w", err))
+	if _, err := s.pc.Exec(ctx, "listen "+notifyChannel+"; "+prepareCycleSQL(s.ours())).ReadAll(); err != nil {
+		return fail(fmt.Errorf("listen for releases and prepare the lock cycle's statements: %w", err))
 	}
 	return newShared(st, s, id, sent), nil
 }

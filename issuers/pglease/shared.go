@@ -147,8 +147,14 @@ func (sh *shared) write(p *pending, msg []byte) error {
 // reply however long it takes: the session answers within Deadline of the
 // send or keep ends it, which answers every statement with its end.
 func (sh *shared) exec(sql string) ([][][]byte, error) {
+	return sh.send(queryMessage(sql))
+}
+
+// send writes msg, a simple query or a prepared statement's execution
+// (executeMessage), and returns its rows, as exec does.
+func (sh *shared) send(msg []byte) ([][][]byte, error) {
 	p := &pending{reply: make(chan reply, 1)}
-	if err := sh.write(p, queryMessage(sql)); err != nil {
+	if err := sh.write(p, msg); err != nil {
 		return nil, err
 	}
 	r := <-p.reply
@@ -264,7 +270,13 @@ func (sh *shared) answer(p *pending) bool {
 		sh.confirm(p.sent)
 		return true
 	}
+	var pgErr *pgconn.PgError
 	switch {
+	case errors.As(p.err, &pgErr) && pgErr.Code == "26000": // invalid_sql_statement_name
+		// A statement the session prepared is not there: another server
+		// session ran it, or the session was reset under the issuer.
+		sh.end(p, fmt.Errorf("%w: a statement the session prepared was unknown to the server session that ran it: %w", ErrPooled, p.err))
+		return false
 	case p.err != nil:
 		// The server answered: an error of the statement's own, such as a
 		// fencing table that does not exist, or a row it waited for too
@@ -273,10 +285,10 @@ func (sh *shared) answer(p *pending) bool {
 		p.reply <- reply{err: p.err}
 	case len(p.rows) == 0:
 		// A statement gated on the session did nothing: it reached another.
-		sh.fail(errElsewhere)
+		sh.end(p, errElsewhere)
 		return false
 	case !ours:
-		sh.fail(fmt.Errorf("%w: a statement was answered by another server process than the session's %d", ErrPooled, s.backend))
+		sh.end(p, fmt.Errorf("%w: a statement was answered by another server process than the session's %d", ErrPooled, s.backend))
 		return false
 	default:
 		sh.confirm(p.sent)
@@ -370,6 +382,13 @@ func (sh *shared) fail(cause error) {
 			p.reply <- reply{err: errSessionGone{cause}}
 		}
 	}
+}
+
+// end ends the session with cause, as fail does, and answers p, a
+// statement already taken from the queue, with its end.
+func (sh *shared) end(p *pending, cause error) {
+	sh.fail(cause)
+	p.reply <- reply{err: errSessionGone{cause}}
 }
 
 // ended returns the session's end, or nil while it lasts.

@@ -109,27 +109,35 @@ func lossTimes(t *testing.T, leases []*pglease.Lease) []time.Time {
 
 // TestSharedSessionEnded holds 1,000 leases from one pool, 250 on each of
 // four shared sessions, while another process waits for the lock of one of
-// them with pg_advisory_lock, and terminates the server process of one
-// session: each of its leases is lost with ErrTerminated, and no lease of
-// the other sessions is lost. It logs how long after pg_terminate_backend
-// returned the last of them was seen lost, and whether the waiter was granted
-// before its lock's lease was seen lost (the race of the README's
-// terminate row).
+// them with pg_advisory_lock, and a Lock in another process waits for the
+// lock of another, trying it every millisecond, and terminates the server
+// process of one session: each of its leases is lost with ErrTerminated,
+// and no lease of the other sessions is lost; the other process's Lock
+// returns only once the lease that held its lock is lost. It logs how long
+// after pg_terminate_backend returned the last of them was seen lost, and
+// whether the plain waiter was granted before its lock's lease was seen lost
+// (the race of the README's terminate row, which no client wins).
 func TestSharedSessionEnded(t *testing.T) {
 	defer pglease.SetLeasesPerSession(250)()
+	defer pglease.SetPolls(time.Millisecond, time.Millisecond)() // the waiter tries as soon as the server frees the lock
 	admin := connect(t, server, server.Addr())
-	var detect []time.Duration
-	raced := 0
+	var detect, waits []time.Duration
+	raced, early := 0, 0
 	var overlap time.Duration
 	for trial := range *sharedTrials {
 		pool := newPool(t, server, server.Addr())
-		leases := lockMany(t, sturdy, pool, fmt.Sprintf("ended-%d", trial), 1000) // a push ends them, not the deadline
+		prefix := fmt.Sprintf("ended-%d", trial)
+		leases := lockMany(t, sturdy, pool, prefix, 1000) // a push ends them, not the deadline
 		holders := lockHolders(t, admin)
 		victim := holders[leases[0].Key()]
 		var on, off []*pglease.Lease
-		for _, l := range leases {
+		second := -1 // another lease on the victim's session, whose lock a Lock waits for
+		for i, l := range leases {
 			if holders[l.Key()] == victim {
 				on = append(on, l)
+				if i > 0 && second < 0 {
+					second = i
+				}
 			} else {
 				off = append(off, l)
 			}
@@ -149,6 +157,13 @@ func TestSharedSessionEnded(t *testing.T) {
 			granted <- time.Now()
 		}()
 		waitWaiting(t, admin, leases[0].Key())
+		old := leases[second]
+		oldLost := make(chan time.Time, 1)
+		go func() {
+			<-old.Signal().Done()
+			oldLost <- time.Now()
+		}()
+		ours := startProcessWaiter(t, server, fmt.Sprintf("%s-%d", prefix, second), false)
 		terminate(t, admin, victim)
 		returned := time.Now()
 		at := lossTimes(t, on)
@@ -157,6 +172,15 @@ func TestSharedSessionEnded(t *testing.T) {
 			raced++
 			overlap = max(overlap, at[0].Sub(g))
 		}
+		o := <-ours
+		if o.IsZero() {
+			t.Fatal("the waiter process was not granted")
+		}
+		if ol := <-oldLost; o.Before(ol) {
+			early++
+			t.Errorf("trial %d: the waiter process was granted %v before the lease that held its lock was lost", trial, ol.Sub(o))
+		}
+		waits = append(waits, o.Sub(returned))
 		for _, l := range on {
 			if err := l.Signal().Err(); !isLost(err, pglease.ErrTerminated) {
 				t.Errorf("a lease on the ended session: Err() = %v, want ErrTerminated", err)
@@ -173,8 +197,12 @@ func TestSharedSessionEnded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	slices.Sort(waits)
 	t.Logf("%d trials, about 250 leases on the ended session of 4: all lost; the last seen lost after pg_terminate_backend returned, max %v; "+
-		"the waiter granted before its lock's lease was seen lost in %d trials, by at most %v", len(detect), slices.Max(detect).Round(time.Microsecond), raced, overlap.Round(time.Microsecond))
+		"the pg_advisory_lock waiter granted before its lock's lease was seen lost in %d trials, by at most %v; "+
+		"the Lock of another process returned before its lock's lease was lost in %d trials, and after pg_terminate_backend returned, median %v, max %v",
+		len(detect), slices.Max(detect).Round(time.Microsecond), raced, overlap.Round(time.Microsecond),
+		early, waits[len(waits)/2].Round(time.Microsecond), waits[len(waits)-1].Round(time.Microsecond))
 }
 
 // TestSharedSessionSilent holds 1,000 leases of a pool whose connections go
@@ -248,29 +276,30 @@ func TestLockWaitKeepsHeartbeats(t *testing.T) {
 }
 
 // TestUnlockWakesWaiter: a lease's Unlock announces its release, and a
-// Lock that waits for the lock in another pool (another process's place)
-// is granted at once, not at its next try; the test logs the hand-overs'
-// median and max over 20 rounds.
+// Lock that waits for the lock in another process, backed off to its
+// longest wait, is granted at once, not at its next try, and without the
+// wait for an unannounced release; the test logs the hand-overs' median and
+// max over 20 rounds, from the call of Unlock to the return of the other
+// process's Lock.
 func TestUnlockWakesWaiter(t *testing.T) {
-	admin := connect(t, server, server.Addr())
-	pa, pb := newPool(t, server, server.Addr()), newPool(t, server, server.Addr())
+	pa := newPool(t, server, server.Addr())
+	w := startProcessWaiters(t, server, "hand-over", true, 20)
 	var lags []time.Duration
 	for range 20 {
 		a := lock(t, fast, pa, "hand-over")
+		ch := w.wait(t)
 		// Let the waiter's tries back off to their longest wait first.
-		ch := lockAsync(t, admin, fast, pb, "hand-over")
 		time.Sleep(time.Second)
 		released := time.Now()
 		unlock(t, a)
-		g := waitGranted(t, ch)
-		if g.err != nil {
-			t.Fatalf("the waiting Lock = %v", g.err)
+		at := <-ch
+		if at.IsZero() {
+			t.Fatal("the waiter process was not granted")
 		}
-		lags = append(lags, g.at.Sub(released))
-		unlock(t, g.lease)
+		lags = append(lags, at.Sub(released))
 	}
 	slices.Sort(lags)
-	t.Logf("hand-over after Unlock: median %v, max %v (20 rounds, waiters backed off to their longest wait)", lags[len(lags)/2].Round(time.Microsecond), lags[len(lags)-1].Round(time.Microsecond))
+	t.Logf("hand-over after Unlock to another process: median %v, max %v (20 rounds, waiters backed off to their longest wait)", lags[len(lags)/2].Round(time.Microsecond), lags[len(lags)-1].Round(time.Microsecond))
 }
 
 // TestLockCycleDialsNothing: after a first Lock has opened the pool's
@@ -401,4 +430,120 @@ func TestUnlockKeepsSessionWhenNotifyFails(t *testing.T) {
 	for _, l := range beside {
 		unlock(t, l)
 	}
+}
+
+// TestUnknownStatementEndsSession: a prepared statement of the lock cycle
+// that the server session does not know (run in another server session, or
+// deallocated under the issuer) ends the shared session with ErrPooled, and
+// loses the leases on it: the session is not the one that prepared it.
+func TestUnknownStatementEndsSession(t *testing.T) {
+	pool := newPool(t, server, server.Addr())
+	a := lock(t, fast, pool, "beside an unknown statement")
+	restore := pglease.SetTryStatement("pglease_unknown")
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if l, err := fast.Lock(ctx, pool, "unknown statement"); !errors.Is(err, pglease.ErrPooled) {
+		if err == nil {
+			l.Unlock(ctx)
+		}
+		t.Fatalf("Lock through an unknown prepared statement = %v, want ErrPooled at once", err)
+	}
+	restore()
+	if err := waitLost(t, a); !isLost(err, pglease.ErrPooled) {
+		t.Errorf("the lease on the session: Err() = %v, want ErrPooled", err)
+	}
+}
+
+// TestWaiterWaitsForEndedHolder: a holder farther from the server than a
+// waiter (its connection's bytes delayed 30 ms each way at a proxy) has its
+// shared session terminated; the server frees the lock at once, and the
+// waiter, a Lock in another process that tries every millisecond, finds it
+// free about 30 ms before the holder can read the end. The waiter's Lock
+// must not return before the holder's lease is lost: a release that no
+// Unlock announced makes it wait for the holder's process (a deadline, cut
+// short by an announcement).
+func TestWaiterWaitsForEndedHolder(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	const delay = 30 * time.Millisecond
+	early := 0
+	var worst time.Duration
+	for trial := range *sharedTrials {
+		proxy, err := faultnet.Listen(server.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer proxy.Close()
+		subject := fmt.Sprintf("ended holder %d", trial)
+		a := lock(t, sturdy, newPool(t, server, proxy.Addr()), subject)
+		lost := make(chan time.Time, 1)
+		go func() {
+			<-a.Signal().Done()
+			lost <- time.Now()
+		}()
+		grantedAt := startProcessWaiter(t, server, subject, false)
+		victim := holder(t, admin, a.Key())
+		proxy.Delay(delay)
+		terminate(t, admin, victim)
+		g := <-grantedAt
+		if g.IsZero() {
+			t.Fatal("the waiter process was not granted")
+		}
+		l := <-lost
+		if g.Before(l) {
+			early++
+			worst = max(worst, l.Sub(g))
+		}
+		if err := a.Signal().Err(); !isLost(err, pglease.ErrTerminated) {
+			t.Errorf("the ended holder: Err() = %v, want ErrTerminated", err)
+		}
+		proxy.Heal()
+	}
+	if early > 0 {
+		t.Errorf("in %d of %d trials the waiter process was granted before the ended holder's lease was lost, by at most %v", early, *sharedTrials, worst)
+	}
+}
+
+// TestLockCutInUnannouncedWait: a Lock granted after a release by hand,
+// which nobody announced, waits a deadline before it returns; cut by its
+// context in that wait, it returns the context's error and gives the lock
+// back.
+func TestLockCutInUnannouncedWait(t *testing.T) {
+	admin := connect(t, server, server.Addr())
+	pool := newPool(t, server, server.Addr())
+	key := fast.Key("cut in the wait")
+	other := connect(t, server, server.Addr())
+	if _, err := other.Exec(context.Background(), "select pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := make(chan error, 1)
+	go func() {
+		l, err := fast.Lock(ctx, pool, "cut in the wait")
+		if err == nil {
+			l.Unlock(context.Background())
+		}
+		ch <- err
+	}()
+	for pglease.Waiting(key) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := other.Exec(context.Background(), "select pg_advisory_unlock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	// The Lock's session takes the lock at its next try, and waits.
+	for keyLocks(t, admin, key) == 0 {
+		select {
+		case err := <-ch:
+			t.Fatalf("Lock returned %v before it was cut, in its wait for the announcement", err)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-ch; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock cut in its wait = %v, want context.Canceled", err)
+	}
+	waitKeyFree(t, admin, key)
 }

@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // BouncerBin is the PgBouncer binary; the environment variable PGBOUNCER
@@ -88,6 +91,7 @@ listen_port = %d
 unix_socket_dir =
 auth_type = trust
 auth_file = %s
+admin_users = postgres
 pool_mode = %s
 default_pool_size = %d
 max_client_conn = 200
@@ -118,6 +122,21 @@ logfile = %s
 
 // Addr returns the PgBouncer's TCP address.
 func (b *Bouncer) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.port) }
+
+// Admin runs command on the PgBouncer's admin console (the database
+// pgbouncer), such as "KILL postgres", which closes at once every client
+// and server connection of the database postgres.
+func (b *Bouncer) Admin(ctx context.Context, command string) error {
+	c, err := pgx.Connect(ctx, "postgres://postgres@"+b.Addr()+"/pgbouncer?sslmode=disable&default_query_exec_mode=simple_protocol")
+	if err != nil {
+		return fmt.Errorf("pgtest: pgbouncer's admin console: %w", err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, command); err != nil {
+		return fmt.Errorf("pgtest: pgbouncer's admin console: %s: %w", command, err)
+	}
+	return nil
+}
 
 // PID returns the PgBouncer's process id, 0 if it is not running.
 func (b *Bouncer) PID() int {
