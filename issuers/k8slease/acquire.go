@@ -30,8 +30,8 @@ import (
 // acquire observed, so that a later try counts the same version's age from
 // its first sight, as a waiting Lock does; a failure that may heal, or a
 // conflict with another write, still takes another round, as in a Lock.
-func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInterface, b *sub, name, identity string, try *observation) (*coordinationv1.Lease, time.Time, error) {
-	a := &acquirer{c: c, leases: leases, sub: b, name: name, identity: identity}
+func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInterface, b *sub, sh *share, name, identity string, try *observation) (*coordinationv1.Lease, time.Time, error) {
+	a := &acquirer{c: c, leases: leases, sub: b, share: sh, name: name, identity: identity}
 	if try != nil {
 		a.try = true
 		a.observed, a.observedAt = try.version, try.at
@@ -82,7 +82,8 @@ type acquirer struct {
 	try  bool                  // a TryLock: no waiting for a holder
 	held *coordinationv1.Lease // the record of the last round, if it found the Lease held
 
-	sub *sub // the session's watch: its events of this Lease wake the candidate
+	sub   *sub   // the session's watch: its events of this Lease wake the candidate
+	share *share // paces the requests, after the renewals of the held leases
 
 	failures backoff // after a request failed
 	last     error   // the last failure, for the error of a Lock cut by its context
@@ -109,6 +110,9 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		}
 		return a.failed(err, "watch the Lease")
 	}
+	if a.share.admit(ctx) != nil {
+		return nil, 0, nil
+	}
 	cur, err := a.leases.Get(ctx, a.name, metav1.GetOptions{})
 	a.note(err)
 	switch {
@@ -129,6 +133,9 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 
 	if cur == nil {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: a.name}}
+		if a.share.admit(ctx) != nil {
+			return nil, 0, nil
+		}
 		a.sent = time.Now()
 		setRecord(l, a.identity, a.c.durationSeconds(), a.sent, a.sent, 0)
 		got, err := a.leases.Create(ctx, l, metav1.CreateOptions{})
@@ -165,6 +172,9 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		a.healthy()
 		a.held = cur
 		return nil, min(a.c.RetryPeriod, time.Until(expires)), nil
+	}
+	if a.share.admit(ctx) != nil {
+		return nil, 0, nil
 	}
 	a.sent = time.Now()
 	upd := cur.DeepCopy()

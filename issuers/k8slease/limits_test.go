@@ -30,7 +30,7 @@ func TestReserveSumsExactly(t *testing.T) {
 		if err != nil {
 			t.Fatalf("reserve = %v, want room", err)
 		}
-		return unreserve
+		return unreserve.release
 	}
 	kept := reserve(fifth)
 	defer kept()
@@ -78,5 +78,5 @@ func TestReserveUncomparableLimiter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reserve = %v, want no error", err)
 	}
-	unreserve()
+	unreserve.release()
 }
