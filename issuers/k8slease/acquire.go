@@ -110,25 +110,33 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		}
 		return a.failed(err, "watch the Lease")
 	}
-	if a.share.admit(ctx) != nil {
-		return nil, 0, nil
-	}
-	cur, err := a.leases.Get(ctx, a.name, metav1.GetOptions{})
-	a.note(err)
-	switch {
-	case ctx.Err() != nil:
-		return nil, 0, nil
-	case apierrors.IsNotFound(err):
-		cur = nil
-		a.sub.read(0)
-	case err != nil:
-		return a.failed(err, "read the Lease")
-	default:
-		rv, perr := strconv.ParseInt(cur.ResourceVersion, 10, 64)
-		if perr != nil {
-			rv = 0
+	// A version the watch delivered since the last read is as good as a
+	// read: every write below is conditional on the version it saw, and a
+	// version seen sooner is counted from a later sight, if anything. A
+	// waiting candidate costs no request while the holder renews.
+	cur, pushed := a.sub.latest()
+	if !pushed {
+		if a.share.admit(ctx) != nil {
+			return nil, 0, nil
 		}
-		a.sub.read(rv)
+		var err error
+		cur, err = a.leases.Get(ctx, a.name, metav1.GetOptions{})
+		a.note(err)
+		switch {
+		case ctx.Err() != nil:
+			return nil, 0, nil
+		case apierrors.IsNotFound(err):
+			cur = nil
+			a.sub.read(0)
+		case err != nil:
+			return a.failed(err, "read the Lease")
+		default:
+			rv, perr := strconv.ParseInt(cur.ResourceVersion, 10, 64)
+			if perr != nil {
+				rv = 0
+			}
+			a.sub.read(rv)
+		}
 	}
 
 	if cur == nil {

@@ -272,6 +272,25 @@ func (b *sub) read(rv int64) {
 	}
 }
 
+// latest returns the newest version of the Lease the watch delivered
+// since the waiting Lock's last read or latest, if any, and counts it as
+// read: it stands for a read that costs no request. A deletion's is nil.
+func (b *sub) latest() (cur *coordinationv1.Lease, ok bool) {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	if b.known < 0 || len(b.recent) == 0 {
+		return nil, false
+	}
+	p := b.recent[len(b.recent)-1]
+	clear(b.recent)
+	b.recent = b.recent[:0]
+	b.known = p.rv
+	if p.typ == watch.Deleted {
+		return nil, true
+	}
+	return p.obj.DeepCopy(), true // the event's object is every sub's of its name
+}
+
 // hold makes b the sub of l, granted by the write that left the Lease at
 // version rv, and loses l at once if an event after rv came before.
 func (b *sub) hold(l *Lease, rv int64) {
@@ -363,6 +382,9 @@ func (s *session) gone(r *run) {
 	for _, subs := range s.subs {
 		for _, b := range subs {
 			if b.lease == nil {
+				// Events were missed: the next round reads.
+				clear(b.recent)
+				b.recent = b.recent[:0]
 				b.notify()
 			}
 		}
