@@ -77,18 +77,22 @@ type run struct {
 // each a goroutine for the time of its request (and client-go's own for
 // it): a session's goroutines grow with the renewals under way, not with
 // its leases. The renewals due together are sent baseRenewing at a time;
-// one that has waited for a slot a quarter of its round-trip allowance
-// (lease duration less margin and renewal period: 200 ms of a 2 s lease,
-// 2.9 s of the zero Config's) takes one of the slots beyond, so that the
-// renewals of a slow round trip still fit in theirs.
+// one that has waited for a slot half of its round-trip allowance (lease
+// duration less margin and renewal period: 400 ms of a 2 s lease, 5.75 s
+// of the zero Config's) takes one of the slots beyond, so that renewals
+// whose round trips are slow still fit in their allowance. An apiserver
+// that answers fewer renewals than are due leaves each waiting less than
+// that while it keeps up at all (a renewal every 4.4 s instead of 2 s at
+// 1,000 leases of the zero Config on a loaded 2-core machine), and more
+// slots would only queue more requests in it.
 //
 // At a round trip r, n renewals in flight carry n/r a second: 8 at 20 ms
 // carry 400, the renewals of 800 leases of the zero Config, more than the
 // apiserver of a 2-core machine answered (386 requests a second, at 1,000
 // leases; an apiserver that answers slower than that is the bound, and
 // more requests in flight only wait in its queue). 32 carry the renewals
-// due together of 256 leases of 2 s within the 600 ms left, at a round trip
-// of 75 ms.
+// due together of 256 leases of 2 s within the 400 ms left, at a round trip
+// of 50 ms.
 const (
 	baseRenewing = 8
 	maxRenewing  = 32
@@ -545,8 +549,8 @@ func (s *session) slotFreed(r *run) {
 }
 
 // lateAfter is how long l's due renewal waits for one of the slots beyond
-// baseRenewing: a quarter of its round-trip allowance.
-func (l *Lease) lateAfter() time.Duration { return l.cfg.roundTrip() / 4 }
+// baseRenewing: half of its round-trip allowance.
+func (l *Lease) lateAfter() time.Duration { return l.cfg.roundTrip() / 2 }
 
 // renewAt schedules l's next renewal at at, unless its renewals ended.
 func (s *session) renewAt(l *Lease, at time.Time) {
