@@ -120,7 +120,9 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 			return nil, 0, nil
 		}
 		var err error
+		start := time.Now()
 		cur, err = a.leases.Get(ctx, a.name, metav1.GetOptions{})
+		a.paced(ctx, start, err)
 		a.note(err)
 		switch {
 		case ctx.Err() != nil:
@@ -147,6 +149,7 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		a.sent = time.Now()
 		setRecord(l, a.identity, a.c.durationSeconds(), a.sent, a.sent, 0)
 		got, err := a.leases.Create(ctx, l, metav1.CreateOptions{})
+		a.paced(ctx, a.sent, err)
 		a.note(err)
 		switch {
 		case err == nil:
@@ -188,6 +191,7 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 	upd := cur.DeepCopy()
 	setRecord(upd, a.identity, a.c.durationSeconds(), a.sent, a.sent, transitionsOf(cur)+1)
 	got, err := a.leases.Update(ctx, upd, metav1.UpdateOptions{})
+	a.paced(ctx, a.sent, err)
 	a.note(err)
 	switch {
 	case err == nil:
@@ -230,6 +234,25 @@ func namespaceMissing(err error) bool {
 	}
 	d := st.Status().Details
 	return d != nil && d.Kind == "namespaces"
+}
+
+// paced tells the pace of acquires how a request sent at start went: slow
+// if it took more than half of what a renewal of this lease may take.
+func (a *acquirer) paced(ctx context.Context, start time.Time, err error) {
+	if ctx.Err() != nil {
+		return // cut by the caller: nothing learned
+	}
+	a.share.answered(time.Since(start), a.c.roundTrip()/2, overloaded(err))
+}
+
+// overloaded reports whether err, a request's failure, may come of the
+// apiserver's load: anything but an answer about the Lease or the caller.
+func overloaded(err error) bool {
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err), apierrors.IsAlreadyExists(err), permanent(err, true):
+		return false
+	}
+	return true
 }
 
 // note records whether err, a request's outcome, is an answer of the

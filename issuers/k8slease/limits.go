@@ -42,6 +42,13 @@ type demand struct {
 	// they come, and a burst of Locks queued in it ahead of a renewal
 	// would delay the renewal past its deadline. Renewals never wait here.
 	acquires *rate.Limiter
+	// scale is the part of that pace the apiserver is given now: halved
+	// when a Lock's request fails or comes back slower than the renewals
+	// of its lease could afford, doubled when one comes back in time, so
+	// that waiting Locks do not crowd an apiserver that cannot answer them
+	// (one just restarted, say) and the renewals that share it.
+	scale   float64
+	lastCut time.Time // when scale was last halved
 }
 
 // acquireShare is the part of what the renewals leave of a limiter's QPS
@@ -59,10 +66,16 @@ const acquireBurst = 2
 // than that half; the floor only keeps the pace positive.
 const minAcquireRate = 0.01
 
-// paceAcquires sets d's pace of acquires from what its renewals leave.
+// minScale bounds how far the pace of acquires is cut: to a thousandth,
+// and never under a request a second (see paceAcquires).
+const minScale = 1.0 / 1024
+
+// paceAcquires sets d's pace of acquires from what its renewals leave and
+// its scale.
 func (d *demand) paceAcquires() {
 	left := d.qps - float64(d.renew)/float64(perSecond)
-	d.acquires.SetLimit(rate.Limit(max(minAcquireRate, acquireShare*left)))
+	full := max(minAcquireRate, acquireShare*left)
+	d.acquires.SetLimit(rate.Limit(max(min(1, full), full*d.scale)))
 }
 
 // perSecond is the unit of a demand: a billionth of a request a second.
@@ -122,7 +135,7 @@ func (c Config) reserve(cs kubernetes.Interface) (*share, error) {
 	defer demands.mu.Unlock()
 	d := demands.m[rl]
 	if d == nil {
-		d = &demand{qps: qps, acquires: rate.NewLimiter(0, acquireBurst)}
+		d = &demand{qps: qps, acquires: rate.NewLimiter(0, acquireBurst), scale: 1}
 		d.paceAcquires()
 	}
 	if d.rate+need > int64(leaseShare*qps*float64(perSecond)) {
@@ -164,6 +177,31 @@ func (s *share) admit(ctx context.Context) error {
 		r.Cancel()
 		return ctx.Err()
 	}
+}
+
+// answered adapts the pace of acquires to a Lock's request that took took
+// and failed, or not, for a reason that may be the apiserver's load (a
+// timeout, a 429 or 5xx, a connection lost): halved if it failed so or took
+// more than slow, at most once a round trip (the requests of one crowd are
+// one signal), and doubled otherwise.
+func (s *share) answered(took, slow time.Duration, overloaded bool) {
+	if s.rl == nil {
+		return
+	}
+	demands.mu.Lock()
+	defer demands.mu.Unlock()
+	d := demands.m[s.rl]
+	now := time.Now()
+	switch {
+	case !overloaded && took <= slow:
+		d.scale = min(1, 2*d.scale)
+	case now.Sub(d.lastCut) < took:
+		return
+	default:
+		d.lastCut = now
+		d.scale = max(minScale, d.scale/2)
+	}
+	d.paceAcquires()
 }
 
 // hold counts the renewals of the lease granted to c's Lock: they come
