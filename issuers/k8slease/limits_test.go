@@ -128,7 +128,7 @@ func TestAcquirePace(t *testing.T) {
 	if got := pace(waiting); got != 49.5/2 {
 		t.Errorf("pace after a slow answer = %v, want %v", got, 49.5/2)
 	}
-	waiting.answered(time.Millisecond, slow, true) // a second failure within the same round trip
+	waiting.answered(time.Hour, slow, true) // a second failure, sent within the first one's round trip
 	if got := pace(waiting); got != 49.5/2 {
 		t.Errorf("pace after a second cut within a round trip = %v, want %v", got, 49.5/2)
 	}
