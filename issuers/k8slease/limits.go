@@ -66,10 +66,6 @@ const acquireBurst = 2
 // than that half; the floor only keeps the pace positive.
 const minAcquireRate = 0.01
 
-// startScale is the scale of a limiter's first Locks: a sixteenth of the
-// pace, doubled with each answer in time.
-const startScale = 1.0 / 16
-
 // minScale bounds how far the pace of acquires is cut: to a thousandth,
 // and never under a request a second (see paceAcquires).
 const minScale = 1.0 / 1024
@@ -139,11 +135,7 @@ func (c Config) reserve(cs kubernetes.Interface) (*share, error) {
 	defer demands.mu.Unlock()
 	d := demands.m[rl]
 	if d == nil {
-		// The pace starts low, as TCP's slow start: a crowd of Locks in a
-		// new process must not swamp an apiserver before the first answers
-		// say how fast it answers. The first round of each Lock (a read
-		// and a write) still goes at once, in the limiter's burst.
-		d = &demand{qps: qps, acquires: rate.NewLimiter(0, acquireBurst), scale: startScale}
+		d = &demand{qps: qps, acquires: rate.NewLimiter(0, acquireBurst), scale: 1}
 		d.paceAcquires()
 	}
 	if d.rate+need > int64(leaseShare*qps*float64(perSecond)) {
