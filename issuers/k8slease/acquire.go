@@ -30,8 +30,8 @@ import (
 // acquire observed, so that a later try counts the same version's age from
 // its first sight, as a waiting Lock does; a failure that may heal, or a
 // conflict with another write, still takes another round, as in a Lock.
-func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInterface, b *sub, name, identity string, try *observation) (*coordinationv1.Lease, time.Time, error) {
-	a := &acquirer{c: c, leases: leases, sub: b, name: name, identity: identity}
+func (c Config) acquire(ctx context.Context, leases coordinationclient.LeaseInterface, b *sub, sh *share, name, identity string, try *observation) (*coordinationv1.Lease, time.Time, error) {
+	a := &acquirer{c: c, leases: leases, sub: b, share: sh, name: name, identity: identity}
 	if try != nil {
 		a.try = true
 		a.observed, a.observedAt = try.version, try.at
@@ -82,7 +82,8 @@ type acquirer struct {
 	try  bool                  // a TryLock: no waiting for a holder
 	held *coordinationv1.Lease // the record of the last round, if it found the Lease held
 
-	sub *sub // the session's watch: its events of this Lease wake the candidate
+	sub   *sub   // the session's watch: its events of this Lease wake the candidate
+	share *share // paces the requests, after the renewals of the held leases
 
 	failures backoff // after a request failed
 	last     error   // the last failure, for the error of a Lock cut by its context
@@ -109,29 +110,46 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		}
 		return a.failed(err, "watch the Lease")
 	}
-	cur, err := a.leases.Get(ctx, a.name, metav1.GetOptions{})
-	a.note(err)
-	switch {
-	case ctx.Err() != nil:
-		return nil, 0, nil
-	case apierrors.IsNotFound(err):
-		cur = nil
-		a.sub.read(0)
-	case err != nil:
-		return a.failed(err, "read the Lease")
-	default:
-		rv, perr := strconv.ParseInt(cur.ResourceVersion, 10, 64)
-		if perr != nil {
-			rv = 0
+	// A version the watch delivered since the last read is as good as a
+	// read: every write below is conditional on the version it saw, and a
+	// version seen sooner is counted from a later sight, if anything. A
+	// waiting candidate costs no request while the holder renews.
+	cur, pushed := a.sub.latest()
+	if !pushed {
+		if a.share.admit(ctx) != nil {
+			return nil, 0, nil
 		}
-		a.sub.read(rv)
+		var err error
+		start := time.Now()
+		cur, err = a.leases.Get(ctx, a.name, metav1.GetOptions{})
+		a.paced(ctx, start, err)
+		a.note(err)
+		switch {
+		case ctx.Err() != nil:
+			return nil, 0, nil
+		case apierrors.IsNotFound(err):
+			cur = nil
+			a.sub.read(0)
+		case err != nil:
+			return a.failed(err, "read the Lease")
+		default:
+			rv, perr := strconv.ParseInt(cur.ResourceVersion, 10, 64)
+			if perr != nil {
+				rv = 0
+			}
+			a.sub.read(rv)
+		}
 	}
 
 	if cur == nil {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: a.name}}
+		if a.share.admit(ctx) != nil {
+			return nil, 0, nil
+		}
 		a.sent = time.Now()
 		setRecord(l, a.identity, a.c.durationSeconds(), a.sent, a.sent, 0)
 		got, err := a.leases.Create(ctx, l, metav1.CreateOptions{})
+		a.paced(ctx, a.sent, err)
 		a.note(err)
 		switch {
 		case err == nil:
@@ -166,10 +184,14 @@ func (a *acquirer) round(ctx context.Context) (*coordinationv1.Lease, time.Durat
 		a.held = cur
 		return nil, min(a.c.RetryPeriod, time.Until(expires)), nil
 	}
+	if a.share.admit(ctx) != nil {
+		return nil, 0, nil
+	}
 	a.sent = time.Now()
 	upd := cur.DeepCopy()
 	setRecord(upd, a.identity, a.c.durationSeconds(), a.sent, a.sent, transitionsOf(cur)+1)
 	got, err := a.leases.Update(ctx, upd, metav1.UpdateOptions{})
+	a.paced(ctx, a.sent, err)
 	a.note(err)
 	switch {
 	case err == nil:
@@ -212,6 +234,25 @@ func namespaceMissing(err error) bool {
 	}
 	d := st.Status().Details
 	return d != nil && d.Kind == "namespaces"
+}
+
+// paced tells the pace of acquires how a request sent at start went: slow
+// if it took more than half of what a renewal of this lease may take.
+func (a *acquirer) paced(ctx context.Context, start time.Time, err error) {
+	if ctx.Err() != nil {
+		return // cut by the caller: nothing learned
+	}
+	a.share.answered(time.Since(start), a.c.roundTrip()/2, overloaded(err))
+}
+
+// overloaded reports whether err, a request's failure, may come of the
+// apiserver's load: anything but an answer about the Lease or the caller.
+func overloaded(err error) bool {
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err), apierrors.IsAlreadyExists(err), permanent(err, true):
+		return false
+	}
+	return true
 }
 
 // note records whether err, a request's outcome, is an answer of the

@@ -35,9 +35,12 @@ const (
 	faultLease = 2 * time.Second
 	// grantBound bounds the wait for B's grant after a fault.
 	grantBound = 25 * time.Second
-	// benignWindow is how long a benign fault lasts: two lease durations,
-	// in which a lease that could not renew would have been lost.
-	benignWindow = 2 * faultLease
+	// benignLease is the lease duration of the benign latency's trials:
+	// its round trip is a quarter of the lease, as the 500 ms of a 2 s
+	// lease, and the whole second a renewal is counted from leaves it more
+	// time beside the round trip (1.6 s, where a 2 s lease left 0.3 s, which
+	// a loaded machine took once).
+	benignLease = 2 * faultLease
 	// holdersAtOnce bounds the trials that share the apiserver at once.
 	holdersAtOnce = 6
 )
@@ -72,9 +75,9 @@ type elector struct {
 	ending  bool
 }
 
-func runElector(t testing.TB, cs kubernetes.Interface, name, identity string) *elector {
+func runElector(t testing.TB, cs kubernetes.Interface, name, identity string, d time.Duration) *elector {
 	e := &elector{started: make(chan time.Time, 1), stopped: make(chan time.Time, 1), done: make(chan struct{})}
-	cfg := electorConfig(cs, name, identity, faultLease, leaderelection.LeaderCallbacks{
+	cfg := electorConfig(cs, name, identity, d, leaderelection.LeaderCallbacks{
 		OnStartedLeading: func(context.Context) {
 			e.mu.Lock()
 			e.led = true
@@ -117,6 +120,15 @@ func (e *elector) stop() {
 type holderFault struct {
 	faulttrial.Fault
 	apply func(tr *trial) // starts the fault
+	lease time.Duration   // the lease duration of A, B, A′ and B′; faultLease if zero
+}
+
+// leaseDuration is the lease duration of f's trials.
+func (f holderFault) leaseDuration() time.Duration {
+	if f.lease == 0 {
+		return faultLease
+	}
+	return f.lease
 }
 
 // atOnce is how many trials of f run side by side. A benign fault runs
@@ -146,29 +158,31 @@ type trial struct {
 	aPrime   *elector
 	bPrime   *elector
 	faultAt  time.Time
+	lease    time.Duration // A's, B's, A′'s and B′'s lease duration
 }
 
 // startTrial starts A and A′ through a proxy of their own, and B and B′
 // waiting, and returns once both A and A′ lead and B and B′ have read the
 // records.
-func startTrial(t *testing.T, s *kubetest.Server, n int) *trial {
+func startTrial(t *testing.T, s *kubetest.Server, n int, d time.Duration) *trial {
 	t.Helper()
+	cfg := k8slease.Config{LeaseDuration: d}
 	p, err := faultnet.Listen(s.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &trial{t: t, s: s, p: p, name: fmt.Sprintf("%s-%d", leaseName(t), n)}
+	tr := &trial{t: t, s: s, p: p, name: fmt.Sprintf("%s-%d", leaseName(t), n), lease: d}
 	tr.peerName = tr.name + "-peer"
 	tr.op = clientset(t, s.Config())
 	viaProxy := s.ConfigVia(p.Addr())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if tr.a, err = short.Lock(ctx, clientset(t, viaProxy), ns, tr.name, "a"); err != nil {
+	if tr.a, err = cfg.Lock(ctx, clientset(t, viaProxy), ns, tr.name, "a"); err != nil {
 		p.Close()
 		t.Fatal(err)
 	}
 	tr.stamp = faulttrial.StampWhen(tr.a.Signal().Done())
-	tr.aPrime = runElector(t, clientset(t, viaProxy), tr.peerName, "a-prime")
+	tr.aPrime = runElector(t, clientset(t, viaProxy), tr.peerName, "a-prime", d)
 	select {
 	case <-tr.aPrime.started:
 	case <-ctx.Done():
@@ -176,8 +190,8 @@ func startTrial(t *testing.T, s *kubetest.Server, n int) *trial {
 	}
 	bctx, cancelB := context.WithCancel(context.Background())
 	tr.cancelB = cancelB
-	tr.bc = lockAsync(bctx, short, tr.op, tr.name, "b")
-	tr.bPrime = runElector(t, clientset(t, s.Config()), tr.peerName, "b-prime")
+	tr.bc = lockAsync(bctx, cfg, tr.op, tr.name, "b")
+	tr.bPrime = runElector(t, clientset(t, s.Config()), tr.peerName, "b-prime", d)
 	time.Sleep(500 * time.Millisecond) // B and B′ read the records
 	return tr
 }
@@ -189,7 +203,8 @@ func atRandomPhase() {
 }
 
 // finish waits for the outcome of the fault and heals it; benign faults
-// are watched for benignWindow.
+// are watched for two lease durations, in which a lease that could not
+// renew would have been lost.
 func (tr *trial) finish(f faulttrial.Fault) faulttrial.Trial {
 	var res faulttrial.Trial
 	var b granted
@@ -198,7 +213,7 @@ func (tr *trial) finish(f faulttrial.Fault) faulttrial.Trial {
 		select {
 		case b = <-tr.bc:
 			gotB = true
-		case <-time.After(benignWindow):
+		case <-time.After(2 * tr.lease):
 		}
 	} else {
 		select {
@@ -242,7 +257,7 @@ func (tr *trial) peer(f faulttrial.Fault) *faulttrial.Peer {
 	p := &faulttrial.Peer{}
 	bound := grantBound
 	if f.Want == faulttrial.NoLoss {
-		bound = time.Millisecond // already watched for benignWindow beside A
+		bound = time.Millisecond // already watched for two lease durations beside A
 	}
 	timeout := time.After(bound)
 	var lostAt, grantAt time.Time
@@ -267,25 +282,25 @@ done:
 }
 
 var holderFaults = []holderFault{
-	{faulttrial.Fault{Name: "A's network silent both ways", Want: faulttrial.NoOverlap}, func(tr *trial) {
+	{Fault: faulttrial.Fault{Name: "A's network silent both ways", Want: faulttrial.NoOverlap}, apply: func(tr *trial) {
 		tr.p.Drop(faultnet.Both)
 	}},
-	{faulttrial.Fault{Name: "A's requests dropped (silent toward the apiserver)", Want: faulttrial.NoOverlap}, func(tr *trial) {
+	{Fault: faulttrial.Fault{Name: "A's requests dropped (silent toward the apiserver)", Want: faulttrial.NoOverlap}, apply: func(tr *trial) {
 		tr.p.Drop(faultnet.ToServer)
 	}},
-	{faulttrial.Fault{Name: "A's answers dropped (the apiserver still hears A)", Want: faulttrial.LossNeeded}, func(tr *trial) {
+	{Fault: faulttrial.Fault{Name: "A's answers dropped (the apiserver still hears A)", Want: faulttrial.LossNeeded}, apply: func(tr *trial) {
 		tr.p.Drop(faultnet.ToClient)
 	}},
-	{faulttrial.Fault{Name: "latency above the lease duration (2.5 s each way)", Want: faulttrial.NoOverlap}, func(tr *trial) {
+	{Fault: faulttrial.Fault{Name: "latency above the lease duration (2.5 s each way)", Want: faulttrial.NoOverlap}, apply: func(tr *trial) {
 		tr.p.Delay(faultLease + faultLease/4)
 	}},
-	{faulttrial.Fault{Name: "benign latency (250 ms each way, a round trip of a quarter of the lease)", Want: faulttrial.NoLoss}, func(tr *trial) {
-		tr.p.Delay(faultLease / 8)
+	{Fault: faulttrial.Fault{Name: "benign latency (500 ms each way, a round trip of a quarter of a 4 s lease)", Want: faulttrial.NoLoss}, lease: benignLease, apply: func(tr *trial) {
+		tr.p.Delay(benignLease / 8)
 	}},
-	{faulttrial.Fault{Name: "connection reset", Want: faulttrial.NoLoss}, func(tr *trial) {
+	{Fault: faulttrial.Fault{Name: "connection reset", Want: faulttrial.NoLoss}, apply: func(tr *trial) {
 		tr.p.Cut()
 	}},
-	{faulttrial.Fault{Name: "holder overwritten by an operator", Want: faulttrial.NoOverlap}, func(tr *trial) {
+	{Fault: faulttrial.Fault{Name: "holder overwritten by an operator", Want: faulttrial.NoOverlap}, apply: func(tr *trial) {
 		overwrite := func(l *coordinationv1.Lease) { s := "operator"; l.Spec.HolderIdentity = &s }
 		edit(tr.t, tr.op, tr.name, overwrite)
 		tr.faultAt = time.Now() // detection counts from the write's answer
@@ -293,7 +308,7 @@ var holderFaults = []holderFault{
 	}},
 	// The deletion reaches A's watch and B's at once, and B makes the Lease
 	// anew as soon as it reads it gone: a race by nature.
-	{faulttrial.Fault{Name: "Lease deleted", Want: faulttrial.Raced}, func(tr *trial) {
+	{Fault: faulttrial.Fault{Name: "Lease deleted", Want: faulttrial.Raced}, apply: func(tr *trial) {
 		if err := tr.op.CoordinationV1().Leases(ns).Delete(tr.t.Context(), tr.name, metav1.DeleteOptions{}); err != nil {
 			tr.t.Fatal(err)
 		}
@@ -307,7 +322,7 @@ var holderFaults = []holderFault{
 var serverFaults = []holderFault{
 	// Down for two lease durations: a restart quicker than the time a
 	// renewal may take leaves the lease live, rightly, and tells nothing.
-	{faulttrial.Fault{Name: "apiserver stopped for two lease durations, then started", Want: faulttrial.NoOverlap}, func(tr *trial) {
+	{Fault: faulttrial.Fault{Name: "apiserver stopped for two lease durations, then started", Want: faulttrial.NoOverlap}, apply: func(tr *trial) {
 		if err := tr.s.StopAPIServer(); err != nil {
 			tr.t.Fatal(err)
 		}
@@ -316,7 +331,7 @@ var serverFaults = []holderFault{
 			tr.t.Fatal(err)
 		}
 	}},
-	{faulttrial.Fault{Name: "etcd under the apiserver stopped for two lease durations", Want: faulttrial.NoOverlap}, func(tr *trial) {
+	{Fault: faulttrial.Fault{Name: "etcd under the apiserver stopped for two lease durations", Want: faulttrial.NoOverlap}, apply: func(tr *trial) {
 		if err := tr.s.StopEtcd(); err != nil {
 			tr.t.Fatal(err)
 		}
@@ -331,9 +346,9 @@ var serverFaults = []holderFault{
 // faults leases exist for; each must show what its row says, and A′'s
 // figures are recorded beside A's. -faults.trials sets the trials per fault.
 func TestFaults(t *testing.T) {
-	book := &faulttrial.Book{Peer: "client-go's LeaderElector (LeaseDuration 2 s, RenewDeadline 1.33 s, RetryPeriod 0.27 s: client-go's 15/10/2 proportions), its loss taken at OnStoppedLeading and B′'s grant at OnStartedLeading"}
+	book := &faulttrial.Book{Peer: "client-go's LeaderElector (LeaseDuration 2 s, RenewDeadline 1.33 s, RetryPeriod 0.27 s: client-go's 15/10/2 proportions; in the benign latency's trials, a 4 s lease in the same proportions), its loss taken at OnStoppedLeading and B′'s grant at OnStartedLeading"}
 	run := func(t *testing.T, s *kubetest.Server, f holderFault, i int) {
-		tr := startTrial(t, s, i)
+		tr := startTrial(t, s, i, f.leaseDuration())
 		atRandomPhase()
 		tr.faultAt = time.Now()
 		f.apply(tr)
@@ -411,7 +426,7 @@ func TestMixedFleet(t *testing.T) {
 			a.Unlock(ctx) // through the silent proxy: the record is not A's any more
 		}()
 		stamp := faulttrial.StampWhen(a.Signal().Done())
-		c := runElector(t, clientset(t, shared.Config()), name, "client-go")
+		c := runElector(t, clientset(t, shared.Config()), name, "client-go", faultLease)
 		defer c.stop()
 		// In even trials client-go's candidate waits alone: a k8slease
 		// candidate, woken by its watch at the moment the record expires,

@@ -38,7 +38,7 @@ type Lease struct {
 	stopRenew context.CancelFunc // stops renewing only
 	rctx      context.Context    // the renewals' context
 	deadline  deadline
-	unreserve func() // gives back the lease's share of the rate limit
+	share     *share // the lease's part of the clientset's rate limit
 
 	// The renewals, each sent by renewOnce under renewMu. cur is the record
 	// as this holder last wrote or read it: Unlock's once it holds renewMu
@@ -116,38 +116,38 @@ func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 	if err != nil {
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
-	unreserve, err := c.reserve(cs)
+	share, err := c.reserve(cs)
 	if err != nil {
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	leases := cs.CoordinationV1().Leases(namespace)
 	b := join(cs, namespace, name)
-	got, sent, err := c.acquire(ctx, leases, b, name, identity, cl.try)
+	got, sent, err := c.acquire(ctx, leases, b, share, name, identity, cl.try)
 	if err != nil {
 		b.leaveAndWait()
-		unreserve()
+		share.release()
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	tok, err := token(got)
 	if err != nil {
 		b.leaveAndWait()
-		unreserve()
+		share.release()
 		c.giveUp(leases, name, identity, sent)
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
 	}
 	l := &Lease{
-		ctrl:      controller.New(cl.subject),
-		leases:    leases,
-		name:      name,
-		identity:  identity,
-		cfg:       c,
-		token:     tok,
-		acquired:  sent,
-		trans:     transitionsOf(got),
-		sub:       b,
-		unreserve: unreserve,
-		cur:       slim(got),
-		index:     -1,
+		ctrl:     controller.New(cl.subject),
+		leases:   leases,
+		name:     name,
+		identity: identity,
+		cfg:      c,
+		token:    tok,
+		acquired: sent,
+		trans:    transitionsOf(got),
+		sub:      b,
+		share:    share,
+		cur:      slim(got),
+		index:    -1,
 	}
 	fctx, stop := context.WithCancel(context.Background())
 	rctx, stopRenew := context.WithCancel(fctx)
@@ -155,6 +155,7 @@ func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 	// The deadline's timer loses the lease whatever the session is doing;
 	// it is armed before the lease is followed and renewed.
 	l.deadline.start(c, sent, l.lose)
+	share.hold(c)
 	context.AfterFunc(rctx, l.endRenewals)
 	context.AfterFunc(fctx, func() { b.leave() })
 	b.hold(l, tok)
@@ -167,7 +168,7 @@ func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 func (l *Lease) endRenewals() {
 	l.endRenew.Do(func() {
 		l.sub.s.unschedule(l)
-		l.unreserve()
+		l.share.release()
 	})
 }
 

@@ -30,7 +30,7 @@ func TestReserveSumsExactly(t *testing.T) {
 		if err != nil {
 			t.Fatalf("reserve = %v, want room", err)
 		}
-		return unreserve
+		return unreserve.release
 	}
 	kept := reserve(fifth)
 	defer kept()
@@ -78,5 +78,67 @@ func TestReserveUncomparableLimiter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reserve = %v, want no error", err)
 	}
-	unreserve()
+	unreserve.release()
+}
+
+// TestAcquirePace: the requests of waiting Locks are paced to half of what
+// the held leases' renewals leave of the QPS; the pace is halved, once a
+// round trip, by a request that came back slow or failed for the
+// apiserver's load, never under a request a second, and doubled back by
+// requests in time.
+func TestAcquirePace(t *testing.T) {
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", QPS: 100, Burst: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Config{LeaseDuration: 2 * time.Second}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pace := func(s *share) float64 {
+		demands.mu.Lock()
+		defer demands.mu.Unlock()
+		return float64(demands.m[s.rl].acquires.Limit())
+	}
+	held, err := c.reserve(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.release()
+	waiting, err := c.reserve(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiting.release()
+	if got := pace(waiting); got != 50 {
+		t.Errorf("pace with no lease held = %v, want 50 (half of QPS 100)", got)
+	}
+	held.hold(c) // a renewal a second
+	if got := pace(waiting); got != 49.5 {
+		t.Errorf("pace beside a lease renewed each second = %v, want 49.5", got)
+	}
+	slow := c.roundTrip() / 2
+	waiting.answered(slow+time.Millisecond, slow, false)
+	if got := pace(waiting); got != 49.5/2 {
+		t.Errorf("pace after a slow answer = %v, want %v", got, 49.5/2)
+	}
+	waiting.answered(time.Hour, slow, true) // a second failure, sent within the first one's round trip
+	if got := pace(waiting); got != 49.5/2 {
+		t.Errorf("pace after a second cut within a round trip = %v, want %v", got, 49.5/2)
+	}
+	for range 20 {
+		demands.mu.Lock()
+		demands.m[waiting.rl].lastCut = time.Time{}
+		demands.mu.Unlock()
+		waiting.answered(time.Millisecond, slow, true)
+	}
+	if got := pace(waiting); got != 1 {
+		t.Errorf("pace after many failures = %v, want 1 request a second", got)
+	}
+	for range 10 {
+		waiting.answered(time.Millisecond, slow, false)
+	}
+	if got := pace(waiting); got != 49.5 {
+		t.Errorf("pace after answers in time = %v, want 49.5", got)
+	}
 }

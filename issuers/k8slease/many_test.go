@@ -2,13 +2,17 @@ package k8slease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/issuers/k8slease"
 )
 
@@ -96,5 +100,65 @@ func TestManyLeasesShareOneWatch(t *testing.T) {
 	t.Logf("%d waiting Locks: requests %v", n-1, w)
 	if w["WATCH"] != 1 {
 		t.Errorf("%d waiting Locks of one clientset opened %d watches, want 1", n-1, w["WATCH"])
+	}
+}
+
+// TestLocksWaitBehindRenewals holds leases on a clientset of QPS 10 while
+// 64 goroutines try to take their Leases again and again with TryLock
+// through the same clientset, for three lease durations: far more requests
+// than client-go's limiter lets through. The held leases' renewals go
+// first, so no held lease is lost, and the TryLocks are answered
+// (lease.ErrHeld) all along, at the pace the renewals leave.
+func TestLocksWaitBehindRenewals(t *testing.T) {
+	const held, tries = 3, 64
+	cfg := shared.Config()
+	cfg.QPS, cfg.Burst = 10, 10
+	cs := clientset(t, cfg)
+	holderCfg := k8slease.Config{LeaseDuration: 4 * time.Second} // a renewal a second, 2.6 s for its round trip
+	// An hour's lease reserves a request each 10 minutes: the rate limit
+	// admits every TryLock, and only the pace of their requests bounds them.
+	tryCfg := k8slease.Config{LeaseDuration: time.Hour}
+	holder := k8slease.NewLocker(cs, ns, "holder", holderCfg)
+	base := leaseName(t)
+	var leases []lease.Lease
+	for i := range held {
+		l, err := holder.Lock(t.Context(), fmt.Sprintf("%s-%d", base, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(context.Background())
+		leases = append(leases, l)
+	}
+	other := k8slease.NewLocker(cs, ns, "other", tryCfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*holderCfg.LeaseDuration)
+	defer cancel()
+	var answered, failed atomic.Int64
+	var wg sync.WaitGroup
+	for g := range tries {
+		wg.Go(func() {
+			for i := g; ctx.Err() == nil; i++ {
+				l, err := other.TryLock(ctx, fmt.Sprintf("%s-%d", base, i%held))
+				switch {
+				case err == nil:
+					l.Unlock(context.Background())
+					t.Errorf("TryLock took a held Lease")
+				case errors.Is(err, lease.ErrHeld):
+					answered.Add(1)
+				case ctx.Err() == nil:
+					failed.Add(1)
+					t.Errorf("TryLock = %v, want lease.ErrHeld", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d TryLocks answered lease.ErrHeld in %v beside %d held leases", answered.Load(), 3*holderCfg.LeaseDuration, held)
+	for i, l := range leases {
+		if err := l.Signal().Err(); err != nil {
+			t.Errorf("held lease %d lost while Locks crowded its clientset: %v", i, err)
+		}
+	}
+	if answered.Load() == 0 {
+		t.Error("no TryLock was answered")
 	}
 }

@@ -72,14 +72,31 @@ type run struct {
 	slots  chan struct{} // one for each renewal in flight
 }
 
-// maxRenewing bounds the renewals of one session in flight at once, each a
-// goroutine for the time of its request (and client-go's own for it): a
-// session's goroutines grow with the renewals under way, not with its
-// leases. At a round trip of 10 ms, 16 carry 1,600 renewals a second, the
-// renewals of 3,200 leases of the zero Config; the renewals due at once
-// beyond it wait for a slot, and are sent, and counted from, when they get
-// one.
-const maxRenewing = 16
+// baseRenewing is how many renewals of one session are in flight at once
+// while each is sent in time, and maxRenewing how many once one is late,
+// each a goroutine for the time of its request (and client-go's own for
+// it): a session's goroutines grow with the renewals under way, not with
+// its leases. The renewals due together are sent baseRenewing at a time;
+// one that has waited for a slot half of its round-trip allowance (lease
+// duration less margin and renewal period: 400 ms of a 2 s lease, 5.75 s
+// of the zero Config's) takes one of the slots beyond, so that renewals
+// whose round trips are slow still fit in their allowance. An apiserver
+// that answers fewer renewals than are due leaves each waiting less than
+// that while it keeps up at all (a renewal every 4.4 s instead of 2 s at
+// 1,000 leases of the zero Config on a loaded 2-core machine), and more
+// slots would only queue more requests in it.
+//
+// At a round trip r, n renewals in flight carry n/r a second: 8 at 20 ms
+// carry 400, the renewals of 800 leases of the zero Config, more than the
+// apiserver of a 2-core machine answered (386 requests a second, at 1,000
+// leases; an apiserver that answers slower than that is the bound, and
+// more requests in flight only wait in its queue). 32 carry the renewals
+// due together of 256 leases of 2 s within the 400 ms left, at a round trip
+// of 50 ms.
+const (
+	baseRenewing = 8
+	maxRenewing  = 32
+)
 
 var sessions = struct {
 	mu sync.Mutex
@@ -272,6 +289,25 @@ func (b *sub) read(rv int64) {
 	}
 }
 
+// latest returns the newest version of the Lease the watch delivered
+// since the waiting Lock's last read or latest, if any, and counts it as
+// read: it stands for a read that costs no request. A deletion's is nil.
+func (b *sub) latest() (cur *coordinationv1.Lease, ok bool) {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	if b.known < 0 || len(b.recent) == 0 {
+		return nil, false
+	}
+	p := b.recent[len(b.recent)-1]
+	clear(b.recent)
+	b.recent = b.recent[:0]
+	b.known = p.rv
+	if p.typ == watch.Deleted {
+		return nil, true
+	}
+	return p.obj.DeepCopy(), true // the event's object is every sub's of its name
+}
+
 // hold makes b the sub of l, granted by the write that left the Lease at
 // version rv, and loses l at once if an event after rv came before.
 func (b *sub) hold(l *Lease, rv int64) {
@@ -363,6 +399,9 @@ func (s *session) gone(r *run) {
 	for _, subs := range s.subs {
 		for _, b := range subs {
 			if b.lease == nil {
+				// Events were missed: the next round reads.
+				clear(b.recent)
+				b.recent = b.recent[:0]
 				b.notify()
 			}
 		}
@@ -447,8 +486,9 @@ func (s *session) dispatch(r *run, typ watch.EventType, got *coordinationv1.Leas
 }
 
 // schedule sends the renewals of the session's held leases as they come
-// due, each in a goroutine of its own for the time of its request, at most
-// maxRenewing at once, until the run ends.
+// due, each in a goroutine of its own for the time of its request,
+// baseRenewing at once, and up to maxRenewing once a renewal is late (see
+// baseRenewing), until the run ends.
 func (s *session) schedule(r *run) {
 	defer r.wg.Done()
 	t := time.NewTimer(time.Hour)
@@ -456,25 +496,32 @@ func (s *session) schedule(r *run) {
 	for {
 		s.mu.Lock()
 		var l *Lease
-		wait := time.Hour
+		wait := time.Hour // until a renewal is due, is late, or a slot frees
 		if s.run == r && len(s.due) > 0 {
-			if d := time.Until(s.due[0].next); d <= 0 {
+			head, inFlight := s.due[0], len(r.slots)
+			switch due := head.next.Sub(time.Now()); {
+			case due > 0:
+				wait = due
+			case inFlight < baseRenewing:
 				l = heap.Pop(&s.due).(*Lease)
-			} else {
-				wait = d
+			case inFlight >= maxRenewing:
+			case -due >= head.lateAfter():
+				l = heap.Pop(&s.due).(*Lease)
+			default:
+				wait = head.lateAfter() + due
 			}
 		}
 		s.mu.Unlock()
 		if l != nil {
 			select {
-			case r.slots <- struct{}{}:
+			case r.slots <- struct{}{}: // only this goroutine fills them: never blocks
 			case <-r.ctx.Done():
 				return
 			}
 			r.wg.Add(1)
 			go func() {
 				defer r.wg.Done()
-				defer func() { <-r.slots }()
+				defer s.slotFreed(r)
 				if next, ok := l.renewOnce(); ok {
 					s.renewAt(l, next)
 				}
@@ -490,6 +537,20 @@ func (s *session) schedule(r *run) {
 		}
 	}
 }
+
+// slotFreed gives a renewal's slot back and wakes the scheduler, which may
+// have a renewal waiting for it.
+func (s *session) slotFreed(r *run) {
+	<-r.slots
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// lateAfter is how long l's due renewal waits for one of the slots beyond
+// baseRenewing: half of its round-trip allowance.
+func (l *Lease) lateAfter() time.Duration { return l.cfg.roundTrip() / 2 }
 
 // renewAt schedules l's next renewal at at, unless its renewals ended.
 func (s *session) renewAt(l *Lease, at time.Time) {

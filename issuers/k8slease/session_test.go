@@ -168,3 +168,36 @@ func TestRenewalsHeap(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionLatestStandsForARead: a waiting Lock takes the newest version
+// the watch delivered since its read in place of another read, a deletion
+// as no Lease; nothing before its first read, nothing twice, and nothing
+// after the watch missed events.
+func TestSessionLatestStandsForARead(t *testing.T) {
+	s, r := testSession()
+	b := s.testSub("x")
+	s.dispatch(r, watch.Modified, record("x", 4, "other"))
+	if _, ok := b.latest(); ok {
+		t.Fatal("latest before the first read: ok, want none")
+	}
+	b.read(4)
+	s.dispatch(r, watch.Modified, record("x", 5, "other"))
+	s.dispatch(r, watch.Modified, record("x", 6, "other"))
+	cur, ok := b.latest()
+	if !ok || cur == nil || cur.ResourceVersion != "6" {
+		t.Fatalf("latest = %v, %v, want version 6", cur, ok)
+	}
+	cur.Spec.HolderIdentity = nil // the caller's copy
+	if _, ok := b.latest(); ok {
+		t.Error("latest again with no event since: ok, want none")
+	}
+	s.dispatch(r, watch.Deleted, record("x", 7, "other"))
+	if cur, ok := b.latest(); !ok || cur != nil {
+		t.Errorf("latest after a deletion = %v, %v, want nil, true", cur, ok)
+	}
+	s.dispatch(r, watch.Modified, record("x", 8, "other"))
+	s.gone(r)
+	if _, ok := b.latest(); ok {
+		t.Error("latest after the watch missed events: ok, want a read")
+	}
+}
