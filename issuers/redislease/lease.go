@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/signal"
 )
 
@@ -108,6 +109,7 @@ func (c Config) lock(ctx context.Context, rdb redis.UniversalClient, key string,
 		}
 		panic("redislease: Lock called with a nil context")
 	}
+	begun := time.Now()
 	tkey, err := tokenKey(key)
 	if err != nil {
 		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
@@ -128,7 +130,7 @@ func (c Config) lock(ctx context.Context, rdb redis.UniversalClient, key string,
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	if cl, ok := rdb.(*redis.Client); ok && !ep.sentinel {
-		return c.lockShared(ctx, cl, ep, call, key, tkey, ckey, id, try)
+		return c.lockShared(ctx, cl, ep, call, key, tkey, ckey, id, try, begun)
 	}
 	g, err := c.acquire(ctx, ep, key, tkey, ckey, id, try)
 	if err != nil {
@@ -149,7 +151,8 @@ func (c Config) lock(ctx context.Context, rdb redis.UniversalClient, key string,
 	l.stop = stop
 	// The deadline's timer loses the lease whatever the goroutines below
 	// are doing; it is armed before they start.
-	l.deadline.start(c, g.sent, l.lose)
+	l.deadline.start(c, g.sent, l.loseAtDeadline)
+	l.granted(begun)
 	l.workers.Add(2)
 	go func() {
 		defer l.workers.Done()
@@ -190,7 +193,9 @@ func (l *Lease) Token() int64 { return l.token }
 // still holds this lease, so that a waiting Lock is granted at once, on the
 // connection that renewed it (a new one only if that one failed, so that a
 // server at its connection limit does not keep the key). A key
-// that holds another lease is left alone. ctx bounds the release; a lease
+// that holds another lease is left alone. ctx bounds the release; a ctx
+// that has ended already still sends it, detached, for at most
+// [ReleaseTimeout]; a lease
 // lost before Unlock stays lost, and its key is deleted all the same if it
 // is still this lease's.
 //
@@ -201,6 +206,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("redislease: Unlock called with a nil context")
 	}
 	l.once.Do(func() {
+		defer l.released()
+		ctx, cancel := releaseContext(ctx)
+		defer cancel()
 		if l.sess != nil {
 			l.unlockShared(ctx)
 			return
@@ -262,19 +270,26 @@ func (l *Lease) setServer(addr string) { l.server.Store(&addr) }
 
 // lose loses the lease with cause, unless it was released, and stops
 // renewing and following it.
-func (l *Lease) lose(cause error) {
-	l.ctrl.Lose(cause)
+func (l *Lease) lose(cause error) { l.loseVia(health.Push, cause) }
+
+// loseVia loses the lease with cause, learned via, and reports the loss to
+// the observer after it.
+func (l *Lease) loseVia(via health.Via, cause error) {
+	won := l.ctrl.Lose(cause)
 	l.deadline.stop()
 	if l.sess != nil {
 		l.sess.forget(l)
-		return
+	} else {
+		l.stop()
 	}
-	l.stop()
+	if won {
+		l.lost(via)
+	}
 }
 
 // lockShared is lock on the session of rdb, a *redis.Client that is not
 // a Sentinel client.
-func (c Config) lockShared(ctx context.Context, rdb *redis.Client, ep *endpoint, call, key, tkey, ckey, id string, try bool) (*Lease, error) {
+func (c Config) lockShared(ctx context.Context, rdb *redis.Client, ep *endpoint, call, key, tkey, ckey, id string, try bool, begun time.Time) (*Lease, error) {
 	s := join(rdb, ep, c.TTL)
 	g, err := c.acquireShared(ctx, s, key, tkey, ckey, id, try)
 	if err != nil {
@@ -293,7 +308,8 @@ func (c Config) lockShared(ctx context.Context, rdb *redis.Client, ep *endpoint,
 		sess:  s,
 		next:  g.sent.Add(c.RenewPeriod),
 	}
-	l.deadline.start(c, g.sent, l.lose)
+	l.deadline.start(c, g.sent, l.loseAtDeadline)
+	l.granted(begun)
 	s.hold(l)
 	return l, nil
 }

@@ -68,6 +68,7 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 			return
 		}
 		if err != nil {
+			l.renewalFailed(sent, err)
 			lc.close()
 			lc = nil
 			t.Reset(pause)
@@ -76,10 +77,10 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 		if err := rs[0].err; err != nil {
 			switch {
 			case readOnly(err):
-				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrFailedOver, clock(sent), err))
+				l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s: %w", ErrFailedOver, clock(sent), err))
 				return
 			case permanent(err):
-				l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
+				l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
 				return
 			}
 			// LOADING, BUSY, MOVED, TRYAGAIN: another server, or the same
@@ -87,6 +88,7 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 			if addr, ok := redirected(err, "MOVED"); ok {
 				l.ep.redirect(addr)
 			}
+			l.renewalFailed(sent, err)
 			lc.close()
 			lc = nil
 			t.Reset(pause)
@@ -94,11 +96,11 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 		}
 		switch v := rs[0].v.(type) {
 		case string:
-			l.lose(fmt.Errorf("%w: the renewal sent at %s found the key holding %q, not %q", ErrTakenOver, clock(sent), v, l.value))
+			l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s found the key holding %q, not %q", ErrTakenOver, clock(sent), v, l.value))
 			return
 		case int64:
 			if v == 0 {
-				l.lose(fmt.Errorf("%w: the renewal sent at %s found no key", ErrDeleted, clock(sent)))
+				l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s found no key", ErrDeleted, clock(sent)))
 				return
 			}
 		}
@@ -106,7 +108,7 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 		l.setServer(server)
 		if l.need > 0 {
 			if err := rs[1].err; permanent(err) {
-				l.lose(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), err))
+				l.loseAnswer(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), err))
 				return
 			}
 			acked, _ := rs[1].v.(int64)
@@ -114,6 +116,7 @@ func (l *Lease) renew(ctx context.Context, lc *conn, granted time.Time) {
 				// Only the primary has it: the replica promoted in its
 				// place would expire the key at the last confirmed
 				// write's expiry.
+				l.renewalFailed(sent, errUnacked(rs[1].err, acked, l.need))
 				t.Reset(pause)
 				continue
 			}
