@@ -3,6 +3,7 @@ package health_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -173,4 +174,35 @@ func equal(a, b []health.Kind) bool {
 		}
 	}
 	return true
+}
+
+func TestCause(t *testing.T) {
+	deleted := errors.New("redislease: key deleted")
+	unconfirmed := errors.New("etcdlease: renewal unconfirmed")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil", nil, ""},
+		{"sentinel", deleted, "key deleted"},
+		{"wrapped first", fmt.Errorf("%w: the renewal sent at 12:00:00.000 found no key", deleted), "key deleted"},
+		{"two wraps", fmt.Errorf("%w: %s: %w", unconfirmed, "the last renewal", errors.New("x")), "renewal unconfirmed"},
+		{"in a lost.Error", lostErr("orders", fmt.Errorf("%w: the read after a push", deleted)), "key deleted"},
+		{"an address", errors.New("dial tcp 127.0.0.1:6379: connection refused"), "connection refused"},
+		{"digits", errors.New("no answer in 3s"), "other"},
+		{"no prefix", errors.New("flight forgotten"), "flight forgotten"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := health.Cause(tc.err); got != tc.want {
+				t.Errorf("Cause(%v) = %q, want %q", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func lostErr(subject string, cause error) error {
+	c := controller.New(subject)
+	c.Lose(cause)
+	return c.Signal().Err()
 }
