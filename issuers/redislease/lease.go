@@ -53,6 +53,8 @@ type Lease struct {
 
 	once sync.Once
 	err  error // the release's outcome, set once
+
+	watch health.Watch // warns an observer as the deadline nears unrenewed
 }
 
 // Lock waits until this caller holds key, and returns its lease. The
