@@ -66,9 +66,8 @@ func (w *Watch) fire() {
 		w.mu.Unlock()
 		return
 	}
-	now := time.Now()
-	e, o := w.e, w.o
-	e.Kind, e.Deadline, e.Margin, e.Err = AtRisk, w.at, w.at.Sub(now), ErrUnconfirmed
-	w.mu.Unlock()
-	o.Observe(e)
+	defer w.mu.Unlock() // a Stop waits for the event: nothing follows the loss's
+	e := w.e
+	e.Kind, e.Deadline, e.Margin, e.Err = AtRisk, w.at, w.at.Sub(time.Now()), ErrUnconfirmed
+	w.o.Observe(e)
 }

@@ -2,6 +2,7 @@ package redislease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -45,6 +46,11 @@ func (l *Lease) granted(begun time.Time) {
 }
 
 func (l *Lease) renewed(sent, at, confirmed time.Time) {
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
+	if l.ctrl.Signal().Err() != nil {
+		return
+	}
 	e := l.event()
 	e.Sent, e.Deadline = sent, at
 	health.NotifyRenewed(l.cfg.Observer, e, confirmed)
@@ -58,6 +64,11 @@ func (l *Lease) renewalFailed(sent time.Time, err error) {
 	if o == nil {
 		return
 	}
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
+	if l.ctrl.Signal().Err() != nil {
+		return // a renewal cut by the loss tells nothing more
+	}
 	e := l.event()
 	e.Sent, e.Deadline, e.Err = sent, l.deadline.current(), err
 	health.NotifyFailed(o, e, time.Now())
@@ -68,6 +79,8 @@ func (l *Lease) loseAtDeadline(cause error) { l.loseVia(health.Deadline, cause) 
 func (l *Lease) lost(via health.Via) {
 	if o := l.cfg.Observer; o != nil {
 		l.watch.Stop()
+		l.obsMu.Lock()
+		defer l.obsMu.Unlock()
 		e := l.event()
 		e.Err, e.Via = l.ctrl.Signal().Err(), via
 		health.NotifyLost(o, e)
@@ -110,3 +123,7 @@ func errUnacked(waitErr error, acked int64, need int) error {
 
 // loseAnswer loses the lease with a cause that a renewal's answer showed.
 func (l *Lease) loseAnswer(cause error) { l.loseVia(health.Answer, cause) }
+
+// errNoConnection is the failure of a renewal that was due while the
+// shared session had no connection to send it on.
+var errNoConnection = errors.New("no connection to the server: the session dials again")

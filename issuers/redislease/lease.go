@@ -55,6 +55,7 @@ type Lease struct {
 	err  error // the release's outcome, set once
 
 	watch health.Watch // warns an observer as the deadline nears unrenewed
+	obsMu sync.Mutex   // orders the renewals' events before the loss's
 }
 
 // Lock waits until this caller holds key, and returns its lease. The

@@ -451,6 +451,9 @@ func (s *session) renew() bool {
 	}
 	if g == nil {
 		poke(s.checkC) // the checker dials again
+		for _, l := range batch {
+			l.renewalFailed(now, errNoConnection)
+		}
 		return false
 	}
 	earliest := time.Time{}
