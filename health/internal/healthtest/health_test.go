@@ -21,8 +21,8 @@ import (
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/health/internal/healthtest"
 	"github.com/zukhruf/lease/health/otelhealth"
-	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/health/promhealth"
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/redislease"
 )
 
