@@ -36,16 +36,24 @@ func (l *Lease) granted(begun time.Time) {
 	}
 	l.deadline.mu.Lock()
 	l.deadline.renewed = l.renewed
+	sent, at := l.deadline.sent, l.deadline.at
 	l.deadline.mu.Unlock()
 	e := l.event()
 	e.Wait = time.Since(begun)
 	health.NotifyGranted(o, e)
+	l.watch.Arm(o, l.event(), sent, at)
 }
 
 func (l *Lease) renewed(sent, at, confirmed time.Time) {
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
+	if l.ctrl.Signal().Err() != nil {
+		return
+	}
 	e := l.event()
 	e.Sent, e.Deadline = sent, at
 	health.NotifyRenewed(l.cfg.Observer, e, confirmed)
+	l.watch.Arm(l.cfg.Observer, l.event(), sent, at)
 }
 
 // renewalFailed reports a renewal sent at sent that failed with err, and is
@@ -54,6 +62,11 @@ func (l *Lease) renewalFailed(sent time.Time, err error) {
 	o := l.cfg.Observer
 	if o == nil {
 		return
+	}
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
+	if l.ctrl.Signal().Err() != nil {
+		return // a renewal cut by the loss tells nothing more
 	}
 	e := l.event()
 	e.Sent, e.Deadline, e.Err = sent, l.deadline.current(), err
@@ -64,6 +77,9 @@ func (l *Lease) loseAtDeadline(cause error) { l.loseVia(health.Deadline, cause) 
 
 func (l *Lease) lost(via health.Via) {
 	if o := l.cfg.Observer; o != nil {
+		l.watch.Stop()
+		l.obsMu.Lock()
+		defer l.obsMu.Unlock()
 		e := l.event()
 		e.Err, e.Via = l.ctrl.Signal().Err(), via
 		health.NotifyLost(o, e)
@@ -73,6 +89,7 @@ func (l *Lease) lost(via health.Via) {
 // released reports the release of a lease that was not lost before it.
 func (l *Lease) released() {
 	if o := l.cfg.Observer; o != nil && l.ctrl.Signal().Err() == nil {
+		l.watch.Stop()
 		e := l.event()
 		e.Err = l.err
 		health.NotifyReleased(o, e)

@@ -58,6 +58,9 @@ type Lease struct {
 
 	once sync.Once
 	err  error // the release's outcome, set once
+
+	watch health.Watch // warns an observer as the deadline nears unrenewed
+	obsMu sync.Mutex   // orders the renewals' events before the loss's
 }
 
 // Lock waits until the candidate identity holds the Lease object
