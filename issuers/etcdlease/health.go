@@ -104,7 +104,7 @@ func (sh *shared) renewed(sent, deadline, confirmed time.Time) {
 	for _, l := range sh.observedLeases() {
 		e := l.event()
 		e.Sent, e.Deadline = sent, deadline
-		health.NotifyRenewed(l.obs, e, confirmed)
+		l.notify(func() { health.NotifyRenewed(l.obs, e, confirmed) })
 	}
 }
 
@@ -113,7 +113,7 @@ func (sh *shared) renewalFailed(err error, deadline time.Time) {
 	for _, l := range sh.observedLeases() {
 		e := l.event()
 		e.Deadline, e.Err = deadline, err
-		health.NotifyFailed(l.obs, e, now)
+		l.notify(func() { health.NotifyFailed(l.obs, e, now) })
 	}
 }
 
@@ -121,9 +121,22 @@ func (l *Lease) lost() {
 	if l.obs == nil {
 		return
 	}
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
 	e := l.event()
-	e.Err, e.Via = l.ctrl.Signal().Err(), via(e.Err)
+	e.Err = l.ctrl.Signal().Err()
+	e.Via = via(e.Err)
 	health.NotifyLost(l.obs, e)
+}
+
+// notify calls report unless the lease was lost or released: nothing
+// follows the loss's event or the release's.
+func (l *Lease) notify(report func()) {
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
+	if l.ctrl.Signal().Err() == nil && !l.off.Load() {
+		report()
+	}
 }
 
 // via says how the cause of a loss was learned: the local deadline, an

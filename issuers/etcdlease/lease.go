@@ -47,7 +47,8 @@ type Lease struct {
 	once sync.Once
 	err  error // the release's outcome, set once
 
-	obs health.Observer // nil: none
+	obs   health.Observer // nil: none
+	obsMu sync.Mutex      // orders the renewals' events before the loss's
 }
 
 // Lock waits until the session holds the etcd lock named key, by the
