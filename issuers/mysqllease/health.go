@@ -58,6 +58,9 @@ func (m *shared) renewed(sent time.Time) {
 	}
 	m.mu.Unlock()
 	for _, l := range ls {
+		if l.ctrl.Signal().Err() != nil {
+			continue // lost since: nothing follows the loss's event
+		}
 		e := l.event()
 		e.Sent, e.Deadline = sent, at
 		health.NotifyRenewed(l.obs, e, now)

@@ -66,7 +66,7 @@ func (l *Lease) heartbeatConfirmed(sent time.Time) {
 	l.left = at.Sub(now)
 	o := l.obs
 	l.mu.Unlock()
-	if o != nil {
+	if o != nil && l.ctrl.Signal().Err() == nil {
 		e := l.event()
 		e.Sent, e.Deadline = sent, at
 		health.NotifyRenewed(o, e, now)
@@ -87,6 +87,9 @@ func (sh *shared) renewed(sent time.Time) {
 	}
 	sh.set.mu.Unlock()
 	for _, l := range ls {
+		if l.ctrl.Signal().Err() != nil {
+			continue // lost since: nothing follows the loss's event
+		}
 		e := l.event()
 		e.Sent, e.Deadline = sent, at
 		health.NotifyRenewed(l.obs, e, now)
