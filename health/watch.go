@@ -68,6 +68,6 @@ func (w *Watch) fire() {
 	}
 	defer w.mu.Unlock() // a Stop waits for the event: nothing follows the loss's
 	e := w.e
-	e.Kind, e.Deadline, e.Margin, e.Err = AtRisk, w.at, w.at.Sub(time.Now()), ErrUnconfirmed
+	e.Kind, e.Deadline, e.Margin, e.Err = AtRisk, w.at, time.Until(w.at), ErrUnconfirmed
 	w.o.Observe(e)
 }
