@@ -177,20 +177,20 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 		if err != nil {
 			t.Fatalf("trial %d: %v", i, err)
 		}
-		var risk time.Time
+		var risk *health.Event
 		for j, e := range events {
-			if e.Kind == health.AtRisk && risk.IsZero() {
-				risk = e.Deadline.Add(-e.Margin)
+			if e.Kind == health.AtRisk && risk == nil {
+				risk = &events[j]
 			}
 			if e.Kind == health.Lost {
 				if j != len(events)-1 {
 					t.Errorf("trial %d: events after the loss: %v", i, events[j+1:])
 				}
-				if risk.IsZero() {
+				if risk == nil {
 					t.Errorf("trial %d: lost via %v with no AtRisk before it", i, e.Via)
 				} else {
 					warned++
-					lead = append(lead, e.Deadline.Sub(risk))
+					lead = append(lead, risk.Margin) // the time left before the deadline, warned
 				}
 			}
 		}
