@@ -39,7 +39,9 @@ type Options struct {
 	// Config is the lease's: duration, renewal and retry periods, margin.
 	// Replicas that share a Lease, stock controller-runtime ones included,
 	// should use one lease duration (controller-runtime's default is 15 s,
-	// as k8slease's).
+	// as k8slease's). Its Observer is told of each term's lease: a grant,
+	// renewals, then a loss or a release; each term's Lease reports its
+	// Health.
 	Config k8slease.Config
 
 	// Client is the clientset the lease is taken and renewed through. nil

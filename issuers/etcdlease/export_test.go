@@ -16,7 +16,7 @@ func StartAt(ctx context.Context, s *concurrency.Session, subject, key string, r
 	if err != nil {
 		return nil, err
 	}
-	return start(sh, subject, key, rev, granted, release, nil), nil
+	return start(sh, subject, key, rev, granted, release, nil, observed{}), nil
 }
 
 // Following returns a channel that is closed once l no longer follows its

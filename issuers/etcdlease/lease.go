@@ -7,11 +7,13 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/signal"
 )
 
@@ -44,6 +46,9 @@ type Lease struct {
 
 	once sync.Once
 	err  error // the release's outcome, set once
+
+	obs   health.Observer // nil: none
+	obsMu sync.Mutex      // orders the renewals' events before the loss's
 }
 
 // Lock waits until the session holds the etcd lock named key, by the
@@ -76,6 +81,7 @@ type Lease struct {
 // Lock, give a session that locks a key twice the same claim. A [Locker]
 // orders the leases of one session and key in the process.
 func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Option) (*Lease, error) {
+	begun := time.Now()
 	checkArgs(ctx, s, "Lock")
 	sh, err := acquire(ctx, s, opts)
 	if err != nil {
@@ -86,7 +92,7 @@ func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Optio
 		sh.release()
 		return nil, fmt.Errorf("etcdlease: lock %s: %w", quote(key), err)
 	}
-	return start(sh, key, c.key, c.rev, c.granted, c.unlock, nil), nil
+	return start(sh, key, c.key, c.rev, c.granted, c.unlock, nil, observe(opts, begun)), nil
 }
 
 // Campaign waits until the session leads the etcd election named election,
@@ -102,6 +108,7 @@ func Lock(ctx context.Context, s *concurrency.Session, key string, opts ...Optio
 // candidate's own key was deleted: the lease follows the key from the
 // candidate's put, and is then lost as soon as it is made.
 func Campaign(ctx context.Context, s *concurrency.Session, election, value string, opts ...Option) (*Lease, error) {
+	begun := time.Now()
 	checkArgs(ctx, s, "Campaign")
 	sh, err := acquire(ctx, s, opts)
 	if err != nil {
@@ -112,7 +119,7 @@ func Campaign(ctx context.Context, s *concurrency.Session, election, value strin
 		sh.release()
 		return nil, fmt.Errorf("etcdlease: campaign %s: %w", quote(election), err)
 	}
-	return start(sh, election, c.key, c.rev, c.granted, c.resign, nil), nil
+	return start(sh, election, c.key, c.rev, c.granted, c.resign, nil, observe(opts, begun)), nil
 }
 
 // checkArgs panics, naming the call, if ctx or s is nil or s was not made
@@ -197,8 +204,9 @@ func quote(s string) string {
 // start makes the lease of a claim granted at revision granted, on shared
 // sh, whose hold it takes, and starts following it. free, if not nil, is
 // called once: when the lease is lost, or after its release.
-func start(sh *shared, subject, key string, rev, granted int64, release func(context.Context) error, free func()) *Lease {
-	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, granted: granted, release: release, free: free, sh: sh, renew: sh.r}
+func start(sh *shared, subject, key string, rev, granted int64, release func(context.Context) error, free func(), o observed) *Lease {
+	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, granted: granted, release: release, free: free, sh: sh, renew: sh.r, obs: o.o}
+	l.notifyGranted(o.begun)
 	sh.attach(l)
 	return l
 }
@@ -240,8 +248,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.once.Do(func() {
 		ended := l.ctrl.End() // false: lost, and the loss called free
 		l.detach()
+		ctx, cancel := releaseContext(ctx)
+		defer cancel()
 		if err := l.release(ctx); err != nil {
 			l.err = fmt.Errorf("etcdlease: release %s: %w", quote(l.key), err)
+		}
+		if ended {
+			l.released()
 		}
 		if ended && l.free != nil {
 			l.free()
@@ -257,16 +270,21 @@ func (l *Lease) Resign(ctx context.Context) error { return l.Unlock(ctx) }
 // lose loses the lease with cause, unless it was released, and stops
 // following the claim.
 func (l *Lease) lose(cause error) {
-	if l.ctrl.Lose(cause) && l.free != nil {
+	won := l.ctrl.Lose(cause)
+	if won && l.free != nil {
 		l.free()
 	}
 	l.detach()
+	if won {
+		l.lost()
+	}
 }
 
 // detach stops following the claim and gives back the lease's hold on its
 // shared, once.
 func (l *Lease) detach() {
 	l.detached.Do(func() {
+		l.unobserve()
 		l.sh.detach(l)
 		l.off.Store(true)
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -77,6 +78,7 @@ func (l *Locker) TryLock(ctx context.Context, subject string) (lease.Lease, erro
 }
 
 func (l *Locker) lock(ctx context.Context, subject, call string) (lease.Lease, error) {
+	begun := time.Now()
 	checkArgs(ctx, l.s, call)
 	if subject == "" {
 		return nil, errors.New("etcdlease: " + call + ": the empty subject")
@@ -109,7 +111,7 @@ func (l *Locker) lock(ctx context.Context, subject, call string) (lease.Lease, e
 	// resign, not unlock: the release deletes the key only if it is still
 	// the lease's, so a lease lost and released late never deletes the key
 	// of the next lease in the turn.
-	return start(sh, subject, c.key, c.rev, c.granted, c.resign, t.free), nil
+	return start(sh, subject, c.key, c.rev, c.granted, c.resign, t.free, observe(l.opts, begun)), nil
 }
 
 // turns holds the turns of the etcd keys that Lockers' leases hold or wait

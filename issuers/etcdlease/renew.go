@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // The deadline rule. etcd counts a lease's TTL from the moment its leader
@@ -62,7 +64,8 @@ const (
 type Option func(*options)
 
 type options struct {
-	margin time.Duration // < 0: the default
+	margin   time.Duration // < 0: the default
+	observer health.Observer
 }
 
 // WithMargin sets the margin of the local deadline: the lease is lost margin
@@ -106,6 +109,11 @@ type renewer struct {
 	loss     error       // set once: the deadline passed, etcd has no lease or refused to renew it
 	lose     func(error) // the attached lease's loss, nil before attach
 	last     error       // why the last renewal stream ended
+
+	left          time.Duration                             // deadline - the time the renewal at sent was confirmed
+	renewed       func(sent, deadline, confirmed time.Time) // nil, or told of each confirmation
+	failedRenewal func(err error, deadline time.Time)       // nil, or told of each renewal stream that failed
+	observers     int                                       // leases on the renewer with an observer
 }
 
 // startRenewing starts renewing the etcd lease of s and returns once etcd
@@ -284,16 +292,23 @@ func (r *renewer) marginFor(ttl time.Duration) time.Duration {
 // at sent, and moves the deadline.
 func (r *renewer) confirm(sent time.Time, ttl time.Duration) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.loss != nil || !sent.After(r.sent) {
+		r.mu.Unlock()
 		return
 	}
 	r.sent, r.ttl = sent, ttl
 	r.deadline = sent.Add(ttl - r.marginFor(ttl))
+	now := time.Now()
+	r.left = r.deadline.Sub(now)
 	if r.timer == nil {
-		r.timer = time.AfterFunc(time.Until(r.deadline), r.expire)
+		r.timer = time.AfterFunc(r.left, r.expire)
 	} else {
-		r.timer.Reset(time.Until(r.deadline))
+		r.timer.Reset(r.left)
+	}
+	renewed, deadline := r.renewed, r.deadline
+	r.mu.Unlock()
+	if renewed != nil {
+		renewed(sent, deadline, now)
 	}
 }
 
@@ -364,7 +379,11 @@ func (r *renewer) run(ctx context.Context) {
 			r.fail(fmt.Errorf("%w: etcd refused to renew etcd lease %x: %w", ErrRenewalRefused, r.id, err))
 			return
 		}
+		failed, deadline := r.failedRenewal, r.deadline
 		r.mu.Unlock()
+		if failed != nil {
+			failed(err, deadline)
+		}
 		if answered {
 			pause = retryFirst
 		}

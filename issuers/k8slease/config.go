@@ -12,6 +12,8 @@ import (
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // DefaultLeaseDuration is the lease duration of the zero [Config]: client-go's
@@ -112,6 +114,11 @@ type Config struct {
 	// pause that doubles from 100 ms up to 2 s: a namespace that does not
 	// exist yet costs the apiserver at most a read and a create each 2 s.
 	RetryPeriod time.Duration
+
+	// Observer, if not nil, is told of each lease's grant, renewals,
+	// failed renewals, risk, loss and release ([health.Observer]). Nil
+	// reports nothing and costs nothing.
+	Observer health.Observer
 }
 
 // withDefaults returns c with every zero field set, or an error naming the

@@ -64,6 +64,9 @@ type deadline struct {
 	at      time.Time // when the lease is lost unless a later renewal is confirmed
 	timer   *time.Timer
 	stopped bool // the lease was lost or released: the deadline moves no more
+
+	margin  time.Duration                       // at - the time the renewal at sent was confirmed
+	renewed func(sent, at, confirmed time.Time) // nil, or told of each confirmation that moved at
 }
 
 // start arms the deadline for a first write sent at sent.
@@ -73,7 +76,8 @@ func (d *deadline) start(cfg Config, sent time.Time, lose func(error)) {
 	defer d.mu.Unlock()
 	d.sent = sent
 	d.at = d.from(sent)
-	d.timer = time.AfterFunc(time.Until(d.at), d.expire)
+	d.margin = time.Until(d.at)
+	d.timer = time.AfterFunc(d.margin, d.expire)
 }
 
 // from returns the deadline a renewal sent at sent gives.
@@ -85,13 +89,19 @@ func (d *deadline) from(sent time.Time) time.Time {
 // moves the deadline if that renewal's second is later.
 func (d *deadline) confirm(sent time.Time) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	at := d.from(sent)
 	if d.stopped || !at.After(d.at) {
+		d.mu.Unlock()
 		return
 	}
-	d.sent, d.at = sent, at
-	d.timer.Reset(time.Until(at))
+	now := time.Now()
+	d.sent, d.at, d.margin = sent, at, at.Sub(now)
+	d.timer.Reset(d.margin)
+	renewed := d.renewed
+	d.mu.Unlock()
+	if renewed != nil {
+		renewed(sent, at, now)
+	}
 }
 
 // current returns the deadline as it stands.

@@ -11,6 +11,7 @@ import (
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/signal"
 )
 
@@ -57,6 +58,9 @@ type Lease struct {
 
 	once sync.Once
 	err  error // the release's outcome, set once
+
+	watch health.Watch // warns an observer as the deadline nears unrenewed
+	obsMu sync.Mutex   // orders the renewals' events before the loss's
 }
 
 // Lock waits until the candidate identity holds the Lease object
@@ -108,6 +112,7 @@ type claim struct {
 
 // lock is [Config.Lock] and [Locker]'s Lock and TryLock: the one grant path.
 func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, name, identity string, cl claim) (*Lease, error) {
+	begun := time.Now()
 	sub := subject(namespace, name)
 	if err := checkArgs(cs, namespace, name, identity); err != nil {
 		return nil, fmt.Errorf("k8slease: %s %s: %w", cl.call, sub, err)
@@ -154,8 +159,9 @@ func (c Config) lock(ctx context.Context, cs kubernetes.Interface, namespace, na
 	l.stop, l.stopRenew, l.rctx = stop, stopRenew, rctx
 	// The deadline's timer loses the lease whatever the session is doing;
 	// it is armed before the lease is followed and renewed.
-	l.deadline.start(c, sent, l.lose)
+	l.deadline.start(c, sent, l.loseAtDeadline)
 	share.hold(c)
+	l.granted(begun)
 	context.AfterFunc(rctx, l.endRenewals)
 	context.AfterFunc(fctx, func() { b.leave() })
 	b.hold(l, tok)
@@ -198,8 +204,9 @@ func (l *Lease) Token() int64 { return l.token }
 // and, if it still names this holder as acquired by this lease, writes it
 // free (no holder, a lease duration of 1 s, as client-go's ReleaseOnCancel
 // does), so that a waiting candidate takes it at once. A record that names
-// another holder is left alone. ctx bounds the release; a lease lost before
-// Unlock stays lost, and its record is released all the same if it is still
+// another holder is left alone. ctx bounds the release; a ctx that has
+// ended already still sends it, detached, for at most [ReleaseTimeout]; a
+// lease lost before Unlock stays lost, and its record is released all the same if it is still
 // this holder's.
 //
 // Unlock returns the error the apiserver gave to the release, if any: the
@@ -210,6 +217,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("k8slease: Unlock called with a nil context")
 	}
 	l.once.Do(func() {
+		defer l.released()
+		ctx, cancel := releaseContext(ctx)
+		defer cancel()
 		l.ctrl.End()
 		l.stop()
 		l.endRenewals()
@@ -252,10 +262,17 @@ func (l *Lease) StopRenewing() { l.stopRenew() }
 
 // lose loses the lease with cause, unless it was released, and stops
 // renewing and following it.
-func (l *Lease) lose(cause error) {
-	l.ctrl.Lose(cause)
+func (l *Lease) lose(cause error) { l.loseVia(health.Push, cause) }
+
+// loseVia loses the lease with cause, learned via, and reports the loss to
+// the observer after it.
+func (l *Lease) loseVia(via health.Via, cause error) {
+	won := l.ctrl.Lose(cause)
 	l.deadline.stop()
 	l.stop()
+	if won {
+		l.lost(via)
+	}
 }
 
 // record writes this holder's record, renewed at renewed, into a copy of cur.

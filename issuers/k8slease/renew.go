@@ -63,13 +63,14 @@ func (l *Lease) renewOnce() (time.Time, bool) {
 	}
 	l.unanswered = append(l.unanswered, sent)
 	if apierrors.IsNotFound(err) {
-		l.lose(fmt.Errorf("%w: %s not found by the renewal sent at %s", ErrDeleted, l.ctrl.Subject(), clock(sent)))
+		l.loseAnswer(fmt.Errorf("%w: %s not found by the renewal sent at %s", ErrDeleted, l.ctrl.Subject(), clock(sent)))
 		return time.Time{}, false
 	}
 	if refused(err) {
-		l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
+		l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), err))
 		return time.Time{}, false
 	}
+	l.renewalFailed(sent, err)
 	return time.Now().Add(retryBefore(&l.retries, time.Until(l.deadline.current()))), true
 }
 
@@ -100,12 +101,12 @@ func (l *Lease) reread(ctx context.Context, sent []time.Time) (*coordinationv1.L
 	got, err := l.leases.Get(ctx, l.name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		l.lose(fmt.Errorf("%w: a renewal met a conflict, and the read that followed found no Lease", ErrDeleted))
+		l.loseAnswer(fmt.Errorf("%w: a renewal met a conflict, and the read that followed found no Lease", ErrDeleted))
 		return nil, errGone
 	case err != nil:
 		return nil, err
 	case l.notOurs(got):
-		l.lose(fmt.Errorf("%w: a renewal met a conflict, and the read that followed found %s", ErrTakenOver, describe(got)))
+		l.loseAnswer(fmt.Errorf("%w: a renewal met a conflict, and the read that followed found %s", ErrTakenOver, describe(got)))
 		return nil, errGone
 	}
 	for _, s := range sent {

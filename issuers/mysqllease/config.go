@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // The defaults of [Config]. DefaultHeartbeat and DefaultMargin are the
@@ -123,6 +125,11 @@ type Config struct {
 	// the subject: see [Config.LockName]. Every process that takes the same
 	// locks must use the same secret.
 	Secret []byte
+
+	// Observer, if not nil, is told of each lease's grant, confirmed
+	// heartbeats (its renewals), risk, loss and release
+	// ([health.Observer]). Nil reports nothing and costs nothing.
+	Observer health.Observer
 }
 
 // withDefaults returns c with the defaults for its zero fields, or an error

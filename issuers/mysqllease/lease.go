@@ -11,6 +11,12 @@ import (
 	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/controller"
 	"github.com/zukhruf/lease/signal"
+
+	"github.com/zukhruf/lease/health"
+
+	"sync/atomic"
+
+	"time"
 )
 
 // Lease is a GET_LOCK lock held by a session that the issuer shares among
@@ -31,6 +37,9 @@ type Lease struct {
 
 	once sync.Once
 	err  error // Unlock's outcome, set once
+
+	obs      health.Observer // Config.Observer
+	observed atomic.Bool     // counted among m's observers
 }
 
 // Lock waits until a session of the issuer holds the GET_LOCK lock of
@@ -107,6 +116,7 @@ func (c Config) acquire(ctx context.Context, db *sql.DB, subject, call string, t
 	fail := func(err error) (*Lease, error) {
 		return nil, fmt.Errorf("mysqllease: %s %s: %w", strings.ToLower(call), quote(subject), err)
 	}
+	begun := time.Now()
 	c, err := c.withDefaults()
 	if err != nil {
 		return fail(err)
@@ -124,6 +134,7 @@ func (c Config) acquire(ctx context.Context, db *sql.DB, subject, call string, t
 	if err != nil {
 		return fail(err)
 	}
+	l.granted(begun)
 	return l, nil
 }
 
@@ -179,7 +190,7 @@ func (st *sessionSet) grant(m *shared, c Config, subject, name, table string, un
 			return nil, err
 		}
 	}
-	l := &Lease{ctrl: controller.New(subject), m: m, name: name, token: token, unclaim: unclaim}
+	l := &Lease{ctrl: controller.New(subject), m: m, name: name, token: token, unclaim: unclaim, obs: c.Observer}
 	if !m.attach(l) {
 		unclaim()
 		return nil, fmt.Errorf("%w: the shared session ended as the lock was granted", ErrConnLost)
@@ -221,7 +232,7 @@ func (st *sessionSet) wait(ctx context.Context, c Config, subject, name, table s
 		return nil, err
 	}
 	st.add(m)
-	l := &Lease{ctrl: controller.New(subject), m: m, name: name, token: token, unclaim: unclaim}
+	l := &Lease{ctrl: controller.New(subject), m: m, name: name, token: token, unclaim: unclaim, obs: c.Observer}
 	if !m.attach(l) {
 		unclaim()
 		return nil, fmt.Errorf("%w: the session ended as the lock was granted", ErrConnLost)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"sync/atomic"
 )
 
 // A shared is a server session that holds the locks of many leases: one
@@ -37,11 +39,14 @@ type shared struct {
 
 	stmt sync.Mutex // one statement at a time on the connection
 
+	observers atomic.Int32 // leases on the session with an observer
+
 	mu        sync.Mutex
 	leases    map[*Lease]struct{}
-	pending   int       // Locks that picked the session and have not attached or given up
-	dead      bool      // failed or closed: no new lease
-	confirmed time.Time // send time of the last statement answered as sent
+	pending   int           // Locks that picked the session and have not attached or given up
+	dead      bool          // failed or closed: no new lease
+	confirmed time.Time     // send time of the last statement answered as sent
+	left      time.Duration // the deadline less the time the statement at confirmed was answered
 	timer     *time.Timer
 	idle      *time.Timer // closes the session once it has been empty for idleLinger
 }
@@ -162,11 +167,16 @@ func (m *shared) run(f func(ctx context.Context) error) error {
 // confirm moves the session's deadline to sent + ServerTimeout − Margin.
 func (m *shared) confirm(sent time.Time) {
 	m.mu.Lock()
-	if !m.dead && sent.After(m.confirmed) {
+	moved := !m.dead && sent.After(m.confirmed)
+	if moved {
 		m.confirmed = sent
-		m.timer.Reset(time.Until(sent.Add(m.cfg.deadline())))
+		m.left = time.Until(sent.Add(m.cfg.deadline()))
+		m.timer.Reset(m.left)
 	}
 	m.mu.Unlock()
+	if moved && m.observers.Load() > 0 {
+		m.renewed(sent)
+	}
 }
 
 // expire runs when the deadline timer fires: every lease of the session is
@@ -336,7 +346,9 @@ func (m *shared) fail(cause error) {
 	m.leases = nil
 	m.mu.Unlock()
 	for l := range leases {
-		l.ctrl.Lose(cause)
+		if l.ctrl.Lose(cause) {
+			l.lost(cause)
+		}
 	}
 	m.end(leases)
 }

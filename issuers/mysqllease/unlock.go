@@ -34,6 +34,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("mysqllease: Unlock called on a Lease not made by Lock")
 	}
 	l.once.Do(func() {
+		defer l.released()
 		if err := l.release(); err != nil {
 			l.err = fmt.Errorf("mysqllease: unlock %s: %w", quote(l.ctrl.Subject()), err)
 		}

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // The defaults of [Config]: those of a Config with every duration zero.
@@ -203,6 +205,11 @@ type Config struct {
 	// subject: see [Config.Key]. Every process that takes the same locks must
 	// use the same secret.
 	Secret []byte
+
+	// Observer, if not nil, is told of each lease's grant, confirmed
+	// heartbeats (its renewals), risk, loss and release
+	// ([health.Observer]). Nil reports nothing and costs nothing.
+	Observer health.Observer
 }
 
 // withDefaults returns c with the defaults for its zero durations, or an

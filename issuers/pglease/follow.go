@@ -105,14 +105,18 @@ func (l *Lease) follow() {
 			}
 		case *pgproto3.ReadyForQuery:
 			l.mu.Lock()
+			var confirmed time.Time
 			if len(l.sent) > 0 {
 				if s := l.sent[0]; s.After(l.confirmed) {
-					l.confirmed = s
+					l.confirmed, confirmed = s, s
 				}
 				l.sent = l.sent[1:]
 			}
 			done := l.stopping && len(l.sent) == 0
 			l.mu.Unlock()
+			if !confirmed.IsZero() {
+				l.heartbeatConfirmed(confirmed)
+			}
 			if done {
 				return
 			}
@@ -145,6 +149,7 @@ func (l *Lease) lose(cause error) bool {
 	if !l.ctrl.Lose(cause) {
 		return false
 	}
+	defer l.lost(cause)
 	l.unclaim()
 	if l.sh != nil {
 		return true // the shared session's end lost it, and closes the session

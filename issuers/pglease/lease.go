@@ -13,6 +13,8 @@ import (
 	"github.com/zukhruf/lease"
 	"github.com/zukhruf/lease/controller"
 	"github.com/zukhruf/lease/signal"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // Lease is a session-level advisory lock, and the lease that tells its
@@ -44,9 +46,13 @@ type Lease struct {
 	read     chan struct{} // closed when the pending read stopped
 
 	mu        sync.Mutex
-	sent      []time.Time // send times of the heartbeats not yet confirmed
-	confirmed time.Time   // send time of the last confirmed heartbeat
-	stopping  bool        // Unlock waits for the heartbeats in flight
+	sent      []time.Time   // send times of the heartbeats not yet confirmed
+	confirmed time.Time     // send time of the last confirmed heartbeat
+	stopping  bool          // Unlock waits for the heartbeats in flight
+	left      time.Duration // the deadline less the time the heartbeat at confirmed was confirmed
+
+	obs      health.Observer // cfg.Observer
+	observed bool            // the grant was reported, and the lease counts among its shared's observers
 
 	once sync.Once
 	err  error // Unlock's outcome, set once
@@ -138,6 +144,7 @@ func (c Config) lock(ctx context.Context, pool *pgxpool.Pool, subject string, tr
 	}
 	checkPool(pool, call)
 	fail := func(err error) (*Lease, error) { return nil, fmt.Errorf("pglease: %s %s: %w", op, quote(subject), err) }
+	begun := time.Now()
 	c, err := c.withDefaults()
 	if err != nil {
 		return fail(err)
@@ -148,6 +155,7 @@ func (c Config) lock(ctx context.Context, pool *pgxpool.Pool, subject string, tr
 		if err != nil {
 			return fail(err)
 		}
+		l.granted(begun)
 		return l, nil
 	}
 	if err := step(ctx, stepAcquire); err != nil {
@@ -162,6 +170,7 @@ func (c Config) lock(ctx context.Context, pool *pgxpool.Pool, subject string, tr
 	if err != nil {
 		return fail(err)
 	}
+	l.granted(begun)
 	return l, nil
 }
 
@@ -312,6 +321,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("pglease: Unlock called with a nil context")
 	}
 	l.once.Do(func() {
+		defer l.released()
+		ctx, cancel := releaseContext(ctx)
+		defer cancel()
 		if err := l.release(ctx); err != nil {
 			l.err = fmt.Errorf("pglease: unlock %s: %w", quote(l.ctrl.Subject()), err)
 		}

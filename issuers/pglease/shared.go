@@ -49,10 +49,13 @@ type shared struct {
 	nc  net.Conn
 	id  lockID // the server's system identifier and the database; key 0
 
-	wmu       sync.Mutex // orders the writes and the queue of replies
-	queue     []*pending // statements written and not yet answered, in order
-	confirmed time.Time  // send time of the last statement answered by the session
-	err       error      // the session's end, once known
+	wmu       sync.Mutex    // orders the writes and the queue of replies
+	queue     []*pending    // statements written and not yet answered, in order
+	confirmed time.Time     // send time of the last statement answered by the session
+	err       error         // the session's end, once known
+	left      time.Duration // the deadline less the time the statement at confirmed was answered
+
+	observers atomic.Int32 // leases on the session with an observer
 
 	quit chan struct{} // closed at the end: keep returns
 	done chan struct{} // closed when follow returned and the connection is closed
@@ -300,10 +303,15 @@ func (sh *shared) answer(p *pending) bool {
 // confirm records that the session answered a statement sent at sent.
 func (sh *shared) confirm(sent time.Time) {
 	sh.wmu.Lock()
-	if sent.After(sh.confirmed) {
+	moved := sent.After(sh.confirmed)
+	if moved {
 		sh.confirmed = sent
+		sh.left = time.Until(sent.Add(sh.set.cfg.Deadline))
 	}
 	sh.wmu.Unlock()
+	if moved && sh.observers.Load() > 0 {
+		sh.renewed(sent)
+	}
 }
 
 // lastConfirmed returns the send time of the last statement the session

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // DefaultTTL is the TTL of the zero [Config]: the key's expiry after each
@@ -80,6 +82,11 @@ type Config struct {
 	// cannot confirm a grant that the new primary gives too (the README's
 	// "The deadline"). Negative is refused.
 	Replicas int
+
+	// Observer, if not nil, is told of each lease's grant, renewals,
+	// failed renewals, risk, loss and release ([health.Observer]). Nil
+	// reports nothing and costs nothing.
+	Observer health.Observer
 }
 
 // withDefaults returns c with every zero field set, or an error naming the

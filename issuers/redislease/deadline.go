@@ -33,6 +33,9 @@ type deadline struct {
 	cause   error     // the cause at at: nil for ErrRenewalUnconfirmed
 	timer   *time.Timer
 	stopped bool // the lease was lost or released: the deadline moves no more
+
+	margin  time.Duration                       // at - the time the write at sent was confirmed
+	renewed func(sent, at, confirmed time.Time) // nil, or told of each confirmation that moved at
 }
 
 // start arms the deadline for a grant sent at sent.
@@ -42,7 +45,8 @@ func (d *deadline) start(cfg Config, sent time.Time, lose func(error)) {
 	defer d.mu.Unlock()
 	d.sent, d.applied = sent, sent
 	d.at = sent.Add(cfg.TTL - cfg.Margin)
-	d.timer = time.AfterFunc(time.Until(d.at), d.expire)
+	d.margin = time.Until(d.at)
+	d.timer = time.AfterFunc(d.margin, d.expire)
 }
 
 // apply records that Redis applied the write sent at sent: the key expires
@@ -67,13 +71,19 @@ func (d *deadline) lastApplied() time.Time {
 // expiry (see shorten) moves no more.
 func (d *deadline) confirm(sent time.Time) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	at := sent.Add(d.cfg.TTL - d.cfg.Margin)
 	if d.stopped || d.cause != nil || !at.After(d.at) {
+		d.mu.Unlock()
 		return
 	}
-	d.sent, d.at = sent, at
-	d.timer.Reset(time.Until(at))
+	now := time.Now()
+	d.sent, d.at, d.margin = sent, at, at.Sub(now)
+	d.timer.Reset(d.margin)
+	renewed := d.renewed
+	d.mu.Unlock()
+	if renewed != nil {
+		renewed(sent, at, now)
+	}
 }
 
 // shorten brings the deadline forward to expires less the margin, if that

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/signal"
 )
 
@@ -57,6 +58,9 @@ type Lease struct {
 
 	once sync.Once
 	err  error // the release's outcome, set once
+
+	watch health.Watch // warns an observer as the deadline nears unrenewed
+	obsMu sync.Mutex   // orders the renewals' events before the loss's
 }
 
 // Lock waits until this caller holds key, and returns its lease. The
@@ -115,6 +119,7 @@ func (c Config) lock(ctx context.Context, rdb redis.UniversalClient, key string,
 		}
 		panic("redislease: Lock called with a nil context")
 	}
+	begun := time.Now()
 	tkey, err := tokenKey(key)
 	if err != nil {
 		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
@@ -134,7 +139,7 @@ func (c Config) lock(ctx context.Context, rdb redis.UniversalClient, key string,
 	var b [16]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	return c.lockShared(ctx, rdb, ep, call, key, tkey, ckey, id, try)
+	return c.lockShared(ctx, rdb, ep, call, key, tkey, ckey, id, try, begun)
 }
 
 // Signal returns the holder's view of the lease. Successive calls return the
@@ -165,7 +170,9 @@ func (l *Lease) Token() int64 { return l.token }
 // still holds this lease, so that a waiting Lock is granted at once, on the
 // connection that renewed it (a new one only if that one failed, so that a
 // server at its connection limit does not keep the key). A key
-// that holds another lease is left alone. ctx bounds the release; a lease
+// that holds another lease is left alone. ctx bounds the release; a ctx
+// that has ended already still sends it, detached, for at most
+// [ReleaseTimeout]; a lease
 // lost before Unlock stays lost, and its key is deleted all the same if it
 // is still this lease's.
 //
@@ -175,7 +182,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		panic("redislease: Unlock called with a nil context")
 	}
-	l.once.Do(func() { l.unlockShared(ctx) })
+	l.once.Do(func() {
+		defer l.released()
+		ctx, cancel := releaseContext(ctx)
+		defer cancel()
+		l.unlockShared(ctx)
+	})
 	return l.err
 }
 
@@ -183,10 +195,17 @@ func (l *Lease) setServer(addr string) { l.server.Store(&addr) }
 
 // lose loses the lease with cause, unless it was released, and stops
 // renewing and following it.
-func (l *Lease) lose(cause error) {
-	l.ctrl.Lose(cause)
+func (l *Lease) lose(cause error) { l.loseVia(health.Push, cause) }
+
+// loseVia loses the lease with cause, learned via, and reports the loss to
+// the observer after it.
+func (l *Lease) loseVia(via health.Via, cause error) {
+	won := l.ctrl.Lose(cause)
 	l.deadline.stop()
 	l.leave().forget(l)
+	if won {
+		l.lost(via)
+	}
 }
 
 // leave marks l gone from its session, which it returns: it moves no
@@ -201,7 +220,7 @@ func (l *Lease) leave() *session {
 // lockShared is lock on a session of rdb: its server's, its primary's
 // behind Sentinel, or on a Cluster the session of the node that serves
 // the key's slot.
-func (c Config) lockShared(ctx context.Context, rdb redis.UniversalClient, ep *endpoint, call, key, tkey, ckey, id string, try bool) (*Lease, error) {
+func (c Config) lockShared(ctx context.Context, rdb redis.UniversalClient, ep *endpoint, call, key, tkey, ckey, id string, try bool, begun time.Time) (*Lease, error) {
 	g, err := c.acquireShared(ctx, rdb, ep, key, tkey, ckey, id, try)
 	if err != nil {
 		return nil, fmt.Errorf("redislease: %s %q: %w", call, key, err)
@@ -220,7 +239,8 @@ func (c Config) lockShared(ctx context.Context, rdb redis.UniversalClient, ep *e
 		next:  g.sent.Add(c.RenewPeriod),
 	}
 	l.setServer(g.addr)
-	l.deadline.start(c, g.sent, l.lose)
+	l.deadline.start(c, g.sent, l.loseAtDeadline)
+	l.granted(begun)
 	s.hold(l)
 	return l, nil
 }

@@ -79,6 +79,9 @@ func (s *session) renew() bool {
 	}
 	if g == nil {
 		poke(s.checkC) // the checker dials again
+		for _, l := range batch {
+			l.renewalFailed(now, errNoConnection)
+		}
 		return false
 	}
 	earliest := time.Time{}
@@ -118,6 +121,9 @@ func (s *session) renew() bool {
 	rs, err := g.cmd.pipe(ctx, cmds...)
 	if err != nil {
 		s.drop(g)
+		for _, l := range batch {
+			l.renewalFailed(sent, err)
+		}
 		return false
 	}
 	addr := g.cmd.addr()
@@ -143,12 +149,12 @@ func (s *session) renew() bool {
 				// the node named, which reads their keys at once.
 			case readOnly(r.err):
 				for _, l := range p.ls {
-					l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrFailedOver, clock(sent), r.err))
+					l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s: %w", ErrFailedOver, clock(sent), r.err))
 				}
 				s.drop(g) // a role change: learn it again
 			case permanent(r.err):
 				for _, l := range p.ls {
-					l.lose(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), r.err))
+					l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s: %w", ErrRefused, clock(sent), r.err))
 				}
 			default:
 				// LOADING, BUSY, TRYAGAIN: the same server, later.
@@ -158,6 +164,9 @@ func (s *session) renew() bool {
 					l.next = time.Now().Add(min(pause, l.cfg.RenewPeriod/4))
 				}
 				s.mu.Unlock()
+				for _, l := range p.ls {
+					l.renewalFailed(sent, r.err)
+				}
 			}
 			continue
 		}
@@ -169,18 +178,18 @@ func (s *session) renew() bool {
 			}
 			switch v := v.(type) {
 			case string:
-				l.lose(fmt.Errorf("%w: the renewal sent at %s found the key holding %q, not %q", ErrTakenOver, clock(sent), v, l.value))
+				l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s found the key holding %q, not %q", ErrTakenOver, clock(sent), v, l.value))
 				continue
 			case int64:
 				if v == 0 {
-					l.lose(fmt.Errorf("%w: the renewal sent at %s found no key", ErrDeleted, clock(sent)))
+					l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s found no key", ErrDeleted, clock(sent)))
 					continue
 				}
 			}
 			l.deadline.apply(sent)
 			if l.need > 0 {
 				if permanent(waitErr) {
-					l.lose(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), waitErr))
+					l.loseAnswer(fmt.Errorf("%w: the renewal's WAIT sent at %s: %w", ErrRefused, clock(sent), waitErr))
 					continue
 				}
 				if waitErr != nil || acked < int64(l.need) {
@@ -190,6 +199,7 @@ func (s *session) renew() bool {
 					s.mu.Lock()
 					l.next = time.Now().Add(min(pause, l.cfg.RenewPeriod/4))
 					s.mu.Unlock()
+					l.renewalFailed(sent, errUnacked(waitErr, acked, l.need))
 					continue
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/core"
 	"github.com/zukhruf/lease/signal"
 )
@@ -93,6 +94,11 @@ func (c *call[V]) sig() *signal.Signal { return (*signal.Signal)(unsafe.Pointer(
 //
 // [the Go memory model]: https://go.dev/ref/mem
 type Group[V any] struct {
+	// Observer, if not nil, is told of each flight's lease: granted when
+	// the flight starts, lost (via [health.Push]) when it is forgotten,
+	// released when fn returns. It must not be changed after first use.
+	Observer health.Observer
+
 	mu sync.Mutex          // guards m, and each call's dups and chans
 	m  map[string]*call[V] // made at the first call
 }
@@ -156,6 +162,7 @@ func (g *Group[V]) Do(ctx context.Context, key string, fn func(ctx context.Conte
 	}
 	c := g.start(ctx, key)
 	g.mu.Unlock()
+	g.granted(key)
 
 	g.doCall(c, key, fn)
 	return c.val, c.err, c.dups > 0
@@ -186,6 +193,7 @@ func (g *Group[V]) DoChan(ctx context.Context, key string, fn func(ctx context.C
 	c := g.start(ctx, key)
 	c.chans = []chan<- Result[V]{ch}
 	g.mu.Unlock()
+	g.granted(key)
 
 	go g.doCall(c, key, fn)
 	return ch
@@ -227,6 +235,7 @@ func (g *Group[V]) Forget(key string) {
 	if lost {
 		c.ctx.lose(c.ctx.lease.Err())
 		c.ctx.lease.FireLoss()
+		g.lost(key, c.ctx.lease.Err())
 	}
 }
 
@@ -258,7 +267,9 @@ func (g *Group[V]) doCall(c *call[V], key string, fn func(context.Context, *sign
 	defer func() {
 		// fn is over: from here on a Forget finds the lease ended, and the
 		// flight is never lost.
-		c.ctx.lease.End()
+		if c.ctx.lease.End() {
+			g.released(key)
+		}
 		c.ctx.finish()
 		if !normalReturn && !recovered {
 			c.err = errGoexit

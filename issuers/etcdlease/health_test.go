@@ -1,0 +1,198 @@
+package etcdlease_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/issuers/etcdlease"
+	"github.com/zukhruf/lease/lost"
+)
+
+// recorder is an Observer that keeps every event and wakes the test.
+type recorder struct {
+	mu  sync.Mutex
+	all []health.Event
+	new chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
+
+func (r *recorder) Observe(e health.Event) {
+	r.mu.Lock()
+	r.all = append(r.all, e)
+	r.mu.Unlock()
+	select {
+	case r.new <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) events() []health.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// waitFor waits until n events of kind arrived, and returns every event.
+func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
+	t.Helper()
+	guard := time.After(time.Minute)
+	for {
+		all := r.events()
+		count := 0
+		for _, e := range all {
+			if e.Kind == kind {
+				count++
+			}
+		}
+		if count >= n {
+			return all
+		}
+		select {
+		case <-r.new:
+		case <-guard:
+			t.Fatalf("%d %v events within a minute, want %d: %v", count, kind, n, kindsOf(all))
+		}
+	}
+}
+
+func kindsOf(es []health.Event) []health.Kind {
+	var k []health.Kind
+	for _, e := range es {
+		k = append(k, e.Kind)
+	}
+	return k
+}
+
+// TestObserverEvents: a lease's observer is told of its grant, the
+// session's renewals in order, and its release; another's, of its grant and
+// its loss when an operator deletes its key, pushed by the watch.
+func TestObserverEvents(t *testing.T) {
+	srv, op := startEtcdWithOp(t)
+	s := newSession(t, srv)
+	rec := newRecorder()
+	l := mustLock(t, s, "orders", etcdlease.WithObserver(rec))
+	rec.waitFor(t, health.Renewed, 2)
+	h := l.Health()
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	all := rec.events()
+	ks := kindsOf(all)
+	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
+		t.Fatalf("events = %v, want granted first and released last", ks)
+	}
+	var last time.Time
+	for _, e := range all[1 : len(all)-1] {
+		switch e.Kind {
+		case health.Renewed:
+			if !e.Sent.After(last) || e.Margin <= 0 {
+				t.Errorf("renewed: sent %v after %v, margin %v; want later sends and a margin > 0", e.Sent, last, e.Margin)
+			}
+			last = e.Sent
+		case health.AtRisk, health.RenewalFailed: // a slow renewal on a loaded machine
+		default:
+			t.Errorf("event %v between the grant and the release", e.Kind)
+		}
+	}
+	if g := all[0]; g.Subject != "orders" || g.Token != l.Token() || g.Issuer != "etcdlease" || g.Wait <= 0 {
+		t.Errorf("granted = %+v, want subject orders, token %d, a wait", g, l.Token())
+	}
+	if h.Deadline.IsZero() || !h.Deadline.After(h.Renewed) || h.Margin <= 0 {
+		t.Errorf("Health() = %+v, want a deadline after the renewal and a margin > 0", h)
+	}
+
+	rec2 := newRecorder()
+	l2 := mustLock(t, s, "invoices", etcdlease.WithObserver(rec2))
+	deleteKey(t, op, l2.Key())
+	waitLost(t, l2.Signal(), hang)
+	all = rec2.waitFor(t, health.Lost, 1)
+	loss := all[len(all)-1]
+	var le *lost.Error
+	if !errors.As(loss.Err, &le) || loss.Err != l2.Signal().Err() || loss.Via != health.Push || !errors.Is(loss.Err, etcdlease.ErrKeyDeleted) {
+		t.Errorf("lost = %v via %v, want the signal's ErrKeyDeleted via push", loss.Err, loss.Via)
+	}
+	for _, e := range all[1 : len(all)-1] {
+		if e.Kind == health.Lost || e.Kind == health.Released || e.Kind == health.Granted {
+			t.Errorf("events = %v: %v before the loss", kindsOf(all), e.Kind)
+		}
+	}
+	l2.Unlock(t.Context())
+	if got := len(rec2.events()); got != len(all) {
+		t.Errorf("the Unlock of a lost lease reported %d events more", got-len(all))
+	}
+}
+
+// TestObserverLostBySessionRevoked: a session revoked by an operator loses
+// its leases, and the observer is told once.
+func TestObserverLostBySessionRevoked(t *testing.T) {
+	srv, op := startEtcdWithOp(t)
+	s := newSession(t, srv)
+	rec := newRecorder()
+	l := mustLock(t, s, "orders", etcdlease.WithObserver(rec))
+	revoke(t, op, s)
+	waitLost(t, l.Signal(), hang)
+	all := rec.waitFor(t, health.Lost, 1)
+	if n := len(all); all[0].Kind != health.Granted || all[n-1].Kind != health.Lost || all[n-1].Err != l.Signal().Err() {
+		t.Errorf("events = %v, want granted first, the loss last with the signal's error", kindsOf(all))
+	}
+}
+
+// TestUnlockCancelledContext: an Unlock whose context has ended still
+// sends its release, and says it did: nil, and a waiting Lock of another
+// session is granted at once, not at the end of the holder's session.
+func TestUnlockCancelledContext(t *testing.T) {
+	srv := startEtcd(t)
+	for _, name := range []string{"cancelled", "expired"} {
+		t.Run(name, func(t *testing.T) {
+			a := etcdlease.NewLocker(newLongSession(t, srv))
+			b := etcdlease.NewLocker(newLongSession(t, srv))
+			l, err := a.Lock(t.Context(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type grant struct {
+				l  *etcdlease.Lease
+				at time.Time
+			}
+			got := make(chan grant, 1)
+			go func() {
+				lb, err := b.Lock(t.Context(), name)
+				if err != nil {
+					t.Error(err)
+					close(got)
+					return
+				}
+				got <- grant{lb.(*etcdlease.Lease), time.Now()}
+			}()
+			time.Sleep(100 * time.Millisecond) // B waits
+			var ctx context.Context
+			var cancel context.CancelFunc
+			if name == "cancelled" {
+				ctx, cancel = context.WithCancel(context.Background())
+			} else {
+				ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			}
+			cancel()
+			start := time.Now()
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock(%s context) = %v, want nil: the release went through", name, err)
+			}
+			g, ok := <-got
+			if !ok {
+				return
+			}
+			defer g.l.Unlock(t.Context())
+			took := g.at.Sub(start)
+			t.Logf("Unlock(%s context) → waiting Lock granted in %v", name, took)
+			if took >= longTTL*time.Second/2 {
+				t.Errorf("the waiting Lock was granted %v after the Unlock: not by the release", took)
+			}
+		})
+	}
+}

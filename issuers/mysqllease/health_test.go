@@ -1,0 +1,159 @@
+package mysqllease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/lost"
+)
+
+// recorder is an Observer that keeps every event and wakes the test.
+type recorder struct {
+	mu  sync.Mutex
+	all []health.Event
+	new chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
+
+func (r *recorder) Observe(e health.Event) {
+	r.mu.Lock()
+	r.all = append(r.all, e)
+	r.mu.Unlock()
+	select {
+	case r.new <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) events() []health.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// waitFor waits until n events of kind arrived, and returns every event.
+func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
+	t.Helper()
+	guard := time.After(time.Minute)
+	for {
+		all := r.events()
+		count := 0
+		for _, e := range all {
+			if e.Kind == kind {
+				count++
+			}
+		}
+		if count >= n {
+			return all
+		}
+		select {
+		case <-r.new:
+		case <-guard:
+			t.Fatalf("%d %v events within a minute, want %d: %v", count, kind, n, kindsOf(all))
+		}
+	}
+}
+
+func kindsOf(es []health.Event) []health.Kind {
+	var k []health.Kind
+	for _, e := range es {
+		k = append(k, e.Kind)
+	}
+	return k
+}
+
+// TestObserverEvents: a lease's observer is told of its grant, its
+// session's confirmations in order, and its release; another's, of its
+// grant and its loss when an operator kills its session.
+func TestObserverEvents(t *testing.T) {
+	admin := rootDB(t, server)
+	db := open(t, server.DSN("root", ""))
+	rec := newRecorder()
+	cfg := fast
+	cfg.Observer = rec
+	subj := subject(t)
+	l := lock(t, cfg, db, subj)
+	rec.waitFor(t, health.Renewed, 2)
+	h := l.Health()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := rec.events()
+	ks := kindsOf(all)
+	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
+		t.Fatalf("events = %v, want granted first and released last", ks)
+	}
+	var last time.Time
+	for _, e := range all[1 : len(all)-1] {
+		switch e.Kind {
+		case health.Renewed:
+			if e.Sent.Before(last) || e.Deadline.Sub(e.Sent) != time.Second {
+				t.Errorf("renewed: sent %v after %v, deadline %v after it; want later sends, ServerTimeout less Margin", e.Sent, last, e.Deadline.Sub(e.Sent))
+			}
+			last = e.Sent
+		case health.AtRisk, health.RenewalFailed:
+		default:
+			t.Errorf("event %v between the grant and the release", e.Kind)
+		}
+	}
+	if g := all[0]; g.Subject != subj || g.Token != l.Token() || g.Issuer != "mysqllease" || g.Wait <= 0 {
+		t.Errorf("granted = %+v, want the subject, token %d, a wait", g, l.Token())
+	}
+	if h.Deadline.Sub(h.Renewed) != time.Second || h.Margin <= 0 {
+		t.Errorf("Health() = %+v, want the deadline 1 s after the confirmation, a margin > 0", h)
+	}
+
+	rec2 := newRecorder()
+	cfg.Observer = rec2
+	l2 := lock(t, cfg, open(t, server.DSN("root", "")), subject(t))
+	if _, err := admin.ExecContext(t.Context(), fmt.Sprintf("KILL CONNECTION %d", sessionOf(t, admin, l2))); err != nil {
+		t.Fatal(err)
+	}
+	waitLost(t, l2)
+	all = rec2.waitFor(t, health.Lost, 1)
+	loss := all[len(all)-1]
+	var le *lost.Error
+	if !errors.As(loss.Err, &le) || loss.Err != l2.Signal().Err() || loss.Via != health.Push {
+		t.Errorf("lost = %v via %v, want the signal's error via push", loss.Err, loss.Via)
+	}
+	if all[0].Kind != health.Granted || slices.ContainsFunc(all[1:len(all)-1], func(e health.Event) bool { return e.Kind == health.Lost || e.Kind == health.Released }) {
+		t.Errorf("events = %v, want the grant first and one loss last", kindsOf(all))
+	}
+	l2.Unlock(context.Background())
+	if n := len(rec2.events()); n != len(all) {
+		t.Errorf("the Unlock of a lost lease reported %d events more", n-len(all))
+	}
+}
+
+// TestUnlockCancelledContextHandsOver: an Unlock whose context was
+// cancelled still sends its release, and says it did: nil, and a waiting
+// Lock of another pool is granted at once.
+func TestUnlockCancelledContextHandsOver(t *testing.T) {
+	admin := rootDB(t, server)
+	da, dbb := open(t, server.DSN("root", "")), open(t, server.DSN("root", ""))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	subj := subject(t)
+	a := lock(t, fast, da, subj)
+	ch := lockAsync(t, admin, fast, dbb, subj)
+	start := time.Now()
+	if err := a.Unlock(ctx); err != nil {
+		t.Errorf("Unlock(cancelled context) = %v, want nil: the release went through", err)
+	}
+	g := <-ch
+	if g.err != nil {
+		t.Fatalf("the waiting Lock = %v", g.err)
+	}
+	t.Logf("Unlock(cancelled context) → waiting Lock granted in %v", g.at.Sub(start))
+	if took := g.at.Sub(start); took >= fast.ServerTimeout {
+		t.Errorf("the waiting Lock was granted %v after the Unlock, not by its release", took)
+	}
+	g.lease.Unlock(context.Background())
+}
