@@ -103,6 +103,7 @@ func (p *pinger) close() {
 // ends. granted is closed at the grant.
 type waiter struct {
 	at      time.Time
+	aFirst  bool // a lease B's Lock returned with A's Done already closed
 	granted chan struct{}
 	done    chan struct{}
 	conn    *sql.Conn
@@ -155,8 +156,9 @@ func (w *waiter) release() {
 }
 
 // startLeaseWaiter is B as a lease of this process, or of another process
-// when apart: its grant is the return of its Lock.
-func startLeaseWaiter(db *sql.DB, subj string, window time.Duration, apart bool) *waiter {
+// when apart: its grant is the return of its Lock. aDone is A's Done, which
+// it reads as its Lock returns.
+func startLeaseWaiter(db *sql.DB, subj string, window time.Duration, apart bool, aDone <-chan struct{}) *waiter {
 	ctx, cancel := context.WithTimeout(context.Background(), window)
 	w := &waiter{granted: make(chan struct{}), done: make(chan struct{}), quit: cancel}
 	var restore func()
@@ -171,6 +173,7 @@ func startLeaseWaiter(db *sql.DB, subj string, window time.Duration, apart bool)
 		l, err := fast.Lock(ctx, db, subj)
 		if err == nil {
 			w.at = time.Now()
+			w.aFirst = isClosed(aDone)
 			w.lease = l
 			close(w.granted)
 		}
@@ -229,7 +232,7 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy bool,
 		if b == plainB {
 			bw = startWaiter(bDB, subj, window)
 		} else {
-			bw = startLeaseWaiter(bDB, subj, window, b == apartB)
+			bw = startLeaseWaiter(bDB, subj, window, b == apartB, a.Signal().Done())
 		}
 		b2 = startWaiter(bDB, subj+"-peer", window)
 	}
@@ -267,6 +270,12 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy bool,
 		tr.Cause = a.Signal().Err().Error()
 		if tr.Granted {
 			tr.Overlap = aAt.Sub(bw.at)
+			if bw.aFirst && tr.Overlap > 0 {
+				// A's stamp is taken by a goroutine that may run after
+				// B's; B's Lock returned with A's Done closed, so the
+				// loss came first.
+				tr.Overlap = 0
+			}
 		}
 	}
 	if pLost {
