@@ -91,17 +91,17 @@ func (r *runner) startMySQL() (string, error) {
 		}
 	}
 	return r.serve(func(port int) (*exec.Cmd, error) {
-		// max-connections: mysqllease waits for a held lock on a session
-		// of its own, which keeps the lease once granted, two
-		// connections each, so 400 locks contended by processes of 200
-		// (-perprocess) took more than 300, and the operator's
-		// connection was refused; at 1000 they still took every one
-		// (docs/lockset.md, "Many locks per process").
+		// max-connections: mysqllease's waits once took a session each,
+		// so that 400 locks contended by processes of 200 (-perprocess)
+		// took every connection of 300 and then of 1000 (docs/lockset.md,
+		// "Many locks per process"); its sessions of waits are bounded
+		// now (Config.Waiters), at most 2 × (Sessions + Waiters) = 16
+		// connections a process, and 300 is MariaDB's own order.
 		args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--socket=" + filepath.Join(r.serverDir, "sock"),
 			"--pid-file=" + filepath.Join(dir, "pid"), "--log-error=" + filepath.Join(dir, "log"),
 			"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-name-resolve",
 			"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M", "--innodb-flush-log-at-trx-commit=2",
-			"--max-connections=1000", "--performance-schema=off"}
+			"--max-connections=300", "--performance-schema=off"}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
 		}

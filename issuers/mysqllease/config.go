@@ -25,6 +25,9 @@ const (
 
 	// DefaultSessions is the default of [Config.Sessions].
 	DefaultSessions = 4
+
+	// DefaultWaiters is the default of [Config.Waiters].
+	DefaultWaiters = 4
 )
 
 // The bounds of [Config]'s durations, which Lock checks: a value out of
@@ -73,13 +76,14 @@ type Config struct {
 	// Heartbeat is how often a shared session confirms itself, and every
 	// lease on it, with a statement (if zero, a fifth of the deadline,
 	// ServerTimeout − Margin: DefaultHeartbeat at the default timeout). A
-	// heartbeat is confirmed a round trip after its send, and the next one
-	// is sent a Heartbeat later; Heartbeat must be shorter than half the
-	// deadline, so that a heartbeat that is late by a round trip, or a
-	// statement of a Lock ahead of it, does not lose the leases: the fifth
-	// leaves three fifths of the deadline for a slow round trip, at five
-	// statements a deadline per session. It also bounds how long a step of
-	// a Lock's wait (GET_LOCK(name, Heartbeat)) runs.
+	// heartbeat sent at s is confirmed at s + rtt, and the next one, sent
+	// a Heartbeat after that, is confirmed at s + 2 rtt + Heartbeat, which
+	// must come within the deadline of s; Heartbeat must be shorter than
+	// half the deadline, so that some round trip fits: the fifth lets a
+	// round trip take two fifths of the deadline (2 s at the defaults), at
+	// five statements a deadline per session. It also bounds how long a
+	// step of a Lock's wait on a session of waits (GET_LOCK(name, step))
+	// runs, with a quarter of the deadline.
 	Heartbeat time.Duration
 
 	// Margin is how long before the server may free a silent session's
@@ -104,9 +108,45 @@ type Config struct {
 	// has a bound, so that the caller keeps one. A session's end loses every
 	// lease on it and no other: the bound trades that share against the
 	// server's connections. A Lock that had to wait (the lock held
-	// elsewhere) is granted on a session of its own, which then joins the
-	// set until its last lease ends. Sessions must not be negative.
+	// elsewhere) is granted on a session of waits, or on a shared session
+	// when it polled (see [Config.Waiters]). Sessions must not be negative.
 	Sessions int
+
+	// Waiters bounds the sessions of waits of one *sql.DB (with this
+	// Config's timing): the sessions on which Locks wait for a lock held
+	// elsewhere (DefaultWaiters, 4, if zero). A session of waits is opened
+	// as a shared one is, with its watcher and heartbeat; it waits for one
+	// lock at a time in GET_LOCK(name, step), so that the server grants it
+	// the lock at the holder's release, in a round trip; it then holds that
+	// lease alone, and serves the next wait once it is released, or closes
+	// 100 ms later. A Lock that must wait while every session of waits is
+	// busy, and Waiters are open, polls instead: each lock that such Locks
+	// wait for is tried with GET_LOCK(name, 0), all of them in one
+	// statement on a shared session (250 locks a statement), 10 ms after a
+	// grant, doubling to 50 ms while nothing is granted, each interval
+	// jittered down by up to a half; a release is seen about 20 ms later,
+	// and the server's connections do not grow with the waits. The default
+	// keeps the issuer's connections from one pool at most 2 × (Sessions +
+	// Waiters) = 16, under the 20 that a server of max_connections 50 can
+	// spare and a ninth of MySQL's default 151, and lets four waits at once
+	// hand over in a round trip. The pool's MaxOpenConns bounds the
+	// sessions too, as for Sessions. Waiters must not be negative.
+	Waiters int
+
+	// Grace is how long a waiting Lock that the server granted a lock
+	// whose holder's session has ended since (killed, crashed, closed
+	// without a release) waits before it returns, so that the holder,
+	// whose lease of this package is lost when its watcher is granted the
+	// session's watch lock, a few milliseconds after the server freed its
+	// locks, knows before the new holder acts. A release by RELEASE_LOCK
+	// (an Unlock), the holder's session still alive, hands over at once.
+	// If zero, it is 2 × Heartbeat: the holder learns within milliseconds
+	// by its watcher, and, while its watcher is being started again,
+	// within a Heartbeat and a round trip by its heartbeat, when its
+	// Config has the same Heartbeat. It must not be negative nor longer
+	// than the deadline, ServerTimeout − Margin, by which any holder with
+	// this Config's deadline is lost.
+	Grace time.Duration
 
 	// Alone, if set, gives each lease a session of its own, opened by its
 	// Lock and closed by its Unlock or its loss: no other lease shares its
@@ -147,9 +187,19 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Sessions == 0 {
 		c.Sessions = DefaultSessions
 	}
+	if c.Waiters == 0 {
+		c.Waiters = DefaultWaiters
+	}
+	if c.Grace == 0 {
+		c.Grace = 2 * c.Heartbeat
+	}
 	switch {
 	case c.Sessions < 0:
 		return c, fmt.Errorf("Config.Sessions %d is negative", c.Sessions)
+	case c.Waiters < 0:
+		return c, fmt.Errorf("Config.Waiters %d is negative", c.Waiters)
+	case c.Grace < 0:
+		return c, fmt.Errorf("Config.Grace %v is negative", c.Grace)
 	case c.ServerTimeout < time.Second:
 		return c, fmt.Errorf("Config.ServerTimeout %v is under 1s: wait_timeout counts whole seconds, and its floor is 1", c.ServerTimeout)
 	case c.ServerTimeout > MaxServerTimeout:
@@ -164,6 +214,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("Config.Heartbeat %v is under its floor %v: each heartbeat is a statement the server runs", c.Heartbeat, MinHeartbeat)
 	case 2*c.Heartbeat >= c.ServerTimeout-c.Margin:
 		return c, fmt.Errorf("Config.Heartbeat %v is not shorter than half the deadline, (Config.ServerTimeout − Config.Margin)/2 = %v: a heartbeat is confirmed a Heartbeat and a round trip after it is sent, and the next one's confirmation must come within the deadline of the last one's send", c.Heartbeat, (c.ServerTimeout-c.Margin)/2)
+	case c.Grace > c.deadline():
+		return c, fmt.Errorf("Config.Grace %v is longer than the deadline, Config.ServerTimeout − Config.Margin = %v, by which a holder with this Config is lost anyway", c.Grace, c.deadline())
 	}
 	if c.Fence != "" {
 		if _, err := fenceTable(c.Fence); err != nil {

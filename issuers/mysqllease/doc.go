@@ -14,8 +14,10 @@
 // does with db reaches them. A session holds many locks (MySQL 5.7,
 // MariaDB 10.0.2 and newer); the leases of one *sql.DB share at most
 // [Config.Sessions] of them (4), up to 1,000 leases each, and a session's end
-// loses every lease on it at once, and no other. [Config.Alone] gives a
-// lease a session of its own.
+// loses every lease on it at once, and no other. Locks that wait for a
+// lock held elsewhere wait on at most [Config.Waiters] sessions of their
+// own (4), and beyond them poll on the shared sessions. [Config.Alone]
+// gives a lease a session of its own.
 //
 // A GET_LOCK lock is held until it is released or its session ends; the
 // server ends a session, and frees its locks, without telling the client,
@@ -31,7 +33,10 @@
 //     the last ServerTimeout − [Config.Margin] was answered, before the
 //     server may free the locks of a silent session ([ErrUnresponsive]);
 //   - within one process, by order: a Lock granted by the server does not
-//     return while another lease of the process on the same lock is live.
+//     return while another lease of the process on the same lock is live;
+//   - between processes, by a grace: a waiting Lock granted a lock whose
+//     previous holder's session has ended since returns [Config.Grace]
+//     later, once that holder, a lease of this package, knows.
 //
 // Each cause is wrapped with what the server or the driver said and reaches
 // the holder inside a lost.Error: errors.Is(sig.Err(), mysqllease.ErrConnLost)

@@ -13,7 +13,29 @@ func Claim(ctx context.Context, db *sql.DB, name string) (func(), error) {
 	if err := db.QueryRowContext(ctx, "SELECT "+serverSQL).Scan(&server); err != nil {
 		return nil, err
 	}
-	return claim(ctx, lockID{server, name})
+	return claim(ctx, lockID{server: server, name: name})
+}
+
+// AsAnotherProcess makes the leases of db those of another process, for
+// the registry that orders a process's leases of one lock: a waiting Lock
+// of db is not held back by a lease of another pool, nor theirs by db's.
+func AsAnotherProcess(db *sql.DB) (restore func()) {
+	apart.Store(db, true)
+	return func() { apart.Delete(db) }
+}
+
+// Polling returns how many Locks wait by polling, and how many sessions of
+// waits are open, for the pools of this process.
+func Polling() (polled, waiting int) {
+	sets.Lock()
+	defer sets.Unlock()
+	for _, st := range sets.m {
+		st.mu.Lock()
+		polled += len(st.polled)
+		waiting += st.waiting
+		st.mu.Unlock()
+	}
+	return polled, waiting
 }
 
 // SetLeasesPerSession sets how many leases a shared session holds before a
@@ -23,3 +45,7 @@ func SetLeasesPerSession(n int) (restore func()) {
 	leasesPerSession = n
 	return func() { leasesPerSession = old }
 }
+
+// Graces returns how many grants waited Config.Grace for a holder whose
+// session had ended.
+func Graces() int64 { return graces.Load() }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +29,9 @@ var (
 	fKill       = faulttrial.Fault{Name: "KILL CONNECTION of A's session, B a GET_LOCK of another session", Want: faulttrial.Raced}
 	fKillOrder  = faulttrial.Fault{Name: "KILL CONNECTION of A's session, B a lease of the same process", Want: faulttrial.NoOverlap}
 	fKillMany   = faulttrial.Fault{Name: "KILL CONNECTION of A's shared session, 100 leases beside A on it, B a lease of the same process", Want: faulttrial.NoOverlap}
+	fKillApart  = faulttrial.Fault{Name: "KILL CONNECTION of A's shared session, 100 leases beside A on it, B a lease of another process", Want: faulttrial.NoOverlap}
+	fSlowMany   = faulttrial.Fault{Name: "A's link slowed, 300 ms each way (a round trip over (deadline − Heartbeat)/2, 450 ms), 100 leases beside A on its shared session", Want: faulttrial.NoOverlap}
+	fSlowBenign = faulttrial.Fault{Name: "benign: A's link slowed, 150 ms each way for 3 s, 100 leases beside A on its shared session", Want: faulttrial.NoLoss}
 	fSilentMany = faulttrial.Fault{Name: "A's link silent both ways, 100 leases beside A on its shared session", Want: faulttrial.NoOverlap}
 	fSilent     = faulttrial.Fault{Name: "A's link silent both ways", Want: faulttrial.NoOverlap}
 	fRequests   = faulttrial.Fault{Name: "A's requests dropped", Want: faulttrial.NoOverlap}
@@ -45,8 +47,9 @@ var (
 
 // The goals of the issue, checked with -faults.goals.
 const (
-	goalKill     = 100 * time.Millisecond // KILL CONNECTION returns → A's Done, every trial
-	goalHandOver = 50 * time.Millisecond  // Unlock → a waiting Lock granted, median
+	goalKill        = 100 * time.Millisecond // KILL CONNECTION returns → A's Done, every trial
+	goalHandOver    = 50 * time.Millisecond  // Unlock → a waiting Lock granted, median
+	goalHandOverMax = 500 * time.Millisecond // Unlock → a waiting Lock granted, max
 )
 
 // A pinger is the peer A′: a GET_LOCK holder that pings its connection
@@ -100,6 +103,7 @@ func (p *pinger) close() {
 // ends. granted is closed at the grant.
 type waiter struct {
 	at      time.Time
+	aFirst  bool // a lease B's Lock returned with A's Done already closed
 	granted chan struct{}
 	done    chan struct{}
 	conn    *sql.Conn
@@ -151,16 +155,25 @@ func (w *waiter) release() {
 	}
 }
 
-// startLeaseWaiter is B as a lease of this process: its grant is the
-// return of its Lock.
-func startLeaseWaiter(db *sql.DB, subj string, window time.Duration) *waiter {
+// startLeaseWaiter is B as a lease of this process, or of another process
+// when apart: its grant is the return of its Lock. aDone is A's Done, which
+// it reads as its Lock returns.
+func startLeaseWaiter(db *sql.DB, subj string, window time.Duration, apart bool, aDone <-chan struct{}) *waiter {
 	ctx, cancel := context.WithTimeout(context.Background(), window)
 	w := &waiter{granted: make(chan struct{}), done: make(chan struct{}), quit: cancel}
+	var restore func()
+	if apart {
+		restore = mysqllease.AsAnotherProcess(db)
+	}
 	go func() {
 		defer close(w.done)
+		if restore != nil {
+			defer restore()
+		}
 		l, err := fast.Lock(ctx, db, subj)
 		if err == nil {
 			w.at = time.Now()
+			w.aFirst = isClosed(aDone)
 			w.lease = l
 			close(w.granted)
 		}
@@ -183,7 +196,7 @@ type faultRig struct {
 // bServer (nil: the rig's primary), from before the fault, reconnecting
 // when their connections fail; apply injects the fault and returns its
 // time. The trial lasts until B and B′ are granted or window passes.
-func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLease bool, siblings int, window time.Duration, bServer *mysqltest.Server,
+func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy bool, b kindOfB, siblings int, window time.Duration, bServer *mysqltest.Server,
 	apply func(a *mysqllease.Lease, p *pinger) (faultAt time.Time)) faulttrial.Trial {
 	t.Helper()
 	addr := r.primary.Addr()
@@ -213,13 +226,13 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLea
 	// B waits from before the fault on the primary; on another server (a
 	// replica to be promoted, which grants locks of its own) it starts
 	// after the fault.
-	var b, b2 *waiter
+	var bw, b2 *waiter
 	startB := func() {
 		bDB := rootDB(t, bServer)
-		if bLease {
-			b = startLeaseWaiter(bDB, subj, window)
+		if b == plainB {
+			bw = startWaiter(bDB, subj, window)
 		} else {
-			b = startWaiter(bDB, subj, window)
+			bw = startLeaseWaiter(bDB, subj, window, b == apartB, a.Signal().Done())
 		}
 		b2 = startWaiter(bDB, subj+"-peer", window)
 	}
@@ -235,7 +248,7 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLea
 		faultAt = apply(a, p)
 		startB()
 	}
-	<-b.done
+	<-bw.done
 	<-b2.done
 	if f.Want != faulttrial.NoLoss {
 		// A loss after B's grant is late: give A and A′ a moment more to
@@ -251,12 +264,18 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLea
 	}
 	aAt, aLost := aStamp.Stop()
 	pAt, pLost := pStamp.Stop()
-	tr := faulttrial.Trial{Lost: aLost, Granted: isClosed(b.granted), Peer: &faulttrial.Peer{Lost: pLost, Granted: isClosed(b2.granted)}}
+	tr := faulttrial.Trial{Lost: aLost, Granted: isClosed(bw.granted), Peer: &faulttrial.Peer{Lost: pLost, Granted: isClosed(b2.granted)}}
 	if aLost {
 		tr.Detection = aAt.Sub(faultAt)
 		tr.Cause = a.Signal().Err().Error()
 		if tr.Granted {
-			tr.Overlap = aAt.Sub(b.at)
+			tr.Overlap = aAt.Sub(bw.at)
+			if bw.aFirst && tr.Overlap > 0 {
+				// A's stamp is taken by a goroutine that may run after
+				// B's; B's Lock returned with A's Done closed, so the
+				// loss came first.
+				tr.Overlap = 0
+			}
 		}
 	}
 	if pLost {
@@ -283,7 +302,7 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLea
 	for _, l := range sibs {
 		l.Unlock(context.Background())
 	}
-	b.release()
+	bw.release()
 	b2.release()
 	p.close()
 	a.Unlock(context.Background())
@@ -291,6 +310,15 @@ func (r *faultRig) trial(t *testing.T, f faulttrial.Fault, i int, viaProxy, bLea
 	r.proxy.Cut()
 	return tr
 }
+
+// kindOfB is what B is in a trial.
+type kindOfB int
+
+const (
+	plainB kindOfB = iota // a GET_LOCK of another session
+	leaseB                // a lease of the same process as A
+	apartB                // a lease of another process (a pool the registry keeps apart)
+)
 
 // manySiblings is how many leases share A's session in the rows of many
 // leases.
@@ -364,33 +392,39 @@ func TestFaults(t *testing.T) {
 	rows := []struct {
 		f        faulttrial.Fault
 		viaProxy bool
-		bLease   bool
+		b        kindOfB
 		siblings int // leases beside A on its session
 		cause    error
 		apply    func(*mysqllease.Lease, *pinger) time.Time
 	}{
-		{fKill, false, false, 0, mysqllease.ErrConnLost, kill},
-		{fKillOrder, false, true, 0, mysqllease.ErrConnLost, kill},
-		{fKillMany, false, true, manySiblings, mysqllease.ErrConnLost, kill},
-		{fSilent, true, false, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.Both) })},
-		{fSilentMany, true, false, manySiblings, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.Both) })},
-		{fRequests, true, false, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.ToServer) })},
-		{fAnswers, true, false, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.ToClient) })},
-		{fLatency, true, false, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Delay(fast.ServerTimeout + fast.ServerTimeout/4) })},
-		{fShutdown, false, false, 0, mysqllease.ErrConnLost, restart(primary.Stop)},
-		{fCrash, false, false, 0, mysqllease.ErrConnLost, restart(primary.Kill)},
-		{fBenignLat, true, false, 0, nil, proxyFault(func() {
+		{fKill, false, plainB, 0, mysqllease.ErrConnLost, kill},
+		{fKillOrder, false, leaseB, 0, mysqllease.ErrConnLost, kill},
+		{fKillMany, false, leaseB, manySiblings, mysqllease.ErrConnLost, kill},
+		{fKillApart, false, apartB, manySiblings, mysqllease.ErrConnLost, kill},
+		{fSlowMany, true, plainB, manySiblings, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Delay(300 * time.Millisecond) })},
+		{fSlowBenign, true, plainB, manySiblings, nil, proxyFault(func() {
+			proxy.Delay(150 * time.Millisecond)
+			time.AfterFunc(3*time.Second, func() { proxy.Delay(0) })
+		})},
+		{fSilent, true, plainB, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.Both) })},
+		{fSilentMany, true, plainB, manySiblings, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.Both) })},
+		{fRequests, true, plainB, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.ToServer) })},
+		{fAnswers, true, plainB, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Drop(faultnet.ToClient) })},
+		{fLatency, true, plainB, 0, mysqllease.ErrUnresponsive, proxyFault(func() { proxy.Delay(fast.ServerTimeout + fast.ServerTimeout/4) })},
+		{fShutdown, false, plainB, 0, mysqllease.ErrConnLost, restart(primary.Stop)},
+		{fCrash, false, plainB, 0, mysqllease.ErrConnLost, restart(primary.Kill)},
+		{fBenignLat, true, plainB, 0, nil, proxyFault(func() {
 			proxy.Delay(100 * time.Millisecond)
 			time.AfterFunc(3*time.Second, func() { proxy.Delay(0) })
 		})},
-		{fPause, false, false, 0, nil, func(*mysqllease.Lease, *pinger) time.Time {
+		{fPause, false, plainB, 0, nil, func(*mysqllease.Lease, *pinger) time.Time {
 			at := time.Now()
 			primary.Signal(syscall.SIGSTOP)
 			time.Sleep(400 * time.Millisecond)
 			primary.Signal(syscall.SIGCONT)
 			return at
 		}},
-		{fPoolReset, true, false, 0, nil, func(a *mysqllease.Lease, p *pinger) time.Time {
+		{fPoolReset, true, plainB, 0, nil, func(a *mysqllease.Lease, p *pinger) time.Time {
 			aID, pID := sessions(a, p)
 			at := time.Now()
 			rows, err := admin.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = 'Sleep' AND ID NOT IN (?, ?, CONNECTION_ID())", aID, pID)
@@ -416,8 +450,18 @@ func TestFaults(t *testing.T) {
 			if row.f.Want == faulttrial.NoLoss {
 				w = 2 * fast.ServerTimeout // B must not be granted in it
 			}
-			for i := range *faultTrials {
-				tr := r.trial(t, row.f, i, row.viaProxy, row.bLease, row.siblings, w, nil, row.apply)
+			trials := *faultTrials
+			if row.f == fSlowMany || row.f == fSlowBenign {
+				// The slowed link never loses A′, whose B′ waits out the
+				// window: B is granted within 2 s of the fault. The smoke
+				// run (make e2e, fewer than 30 trials) runs one of each.
+				w = 2 * fast.ServerTimeout
+				if trials < 30 {
+					trials = 1
+				}
+			}
+			for i := range trials {
+				tr := r.trial(t, row.f, i, row.viaProxy, row.b, row.siblings, w, nil, row.apply)
 				if tr.Lost && row.cause != nil && !strings.Contains(tr.Cause, row.cause.Error()) {
 					t.Errorf("trial %d: A lost with %s, want %v", i, tr.Cause, row.cause)
 				}
@@ -433,12 +477,14 @@ func TestFaults(t *testing.T) {
 			book.Add(fFailover, failoverTrial(t, i))
 		}
 	})
-	hand := handOvers(t, primary, *faultTrials*5)
+	hand := handOvers(t, primary, *faultTrials*5, false)
+	handPolled := handOvers(t, primary, *faultTrials*5, true)
 	book.Check(t)
-	table := book.Table("make faults-mysql") + fmt.Sprintf("\nKILL CONNECTION sent → A's Done, %d trials: median %v, max %v (the KILL statement itself took %v median).\n\nUnlock → a waiting Lock granted, %d hand-overs: median %v, max %v.\n",
+	table := book.Table("make faults-mysql") + fmt.Sprintf("\nKILL CONNECTION sent → A's Done, %d trials: median %v, max %v (the KILL statement itself took %v median).\n\nUnlock → a waiting Lock granted, %d hand-overs: median %v, max %v (on a session of its own); %d hand-overs: median %v, max %v (polling beyond Config.Waiters).\n",
 		len(killDetections), medianOf(killDetections).Round(10*time.Microsecond), slices.Max(killDetections).Round(10*time.Microsecond), medianOf(kills).Round(10*time.Microsecond),
-		len(hand), medianOf(hand).Round(10*time.Microsecond), slices.Max(hand).Round(10*time.Microsecond))
-	for _, f := range []faulttrial.Fault{fKillMany, fSilentMany} {
+		len(hand), medianOf(hand).Round(10*time.Microsecond), slices.Max(hand).Round(10*time.Microsecond),
+		len(handPolled), medianOf(handPolled).Round(10*time.Microsecond), slices.Max(handPolled).Round(10*time.Microsecond))
+	for _, f := range []faulttrial.Fault{fKillMany, fKillApart, fSilentMany, fSlowMany} {
 		if ds := siblingsLost[f.Name]; len(ds) > 0 {
 			table += fmt.Sprintf("\n%s: the fault → each of the %d leases beside A lost, %d losses: median %v, max %v.\n",
 				f.Name, manySiblings, len(ds), medianOf(ds).Round(10*time.Microsecond), slices.Max(ds).Round(10*time.Microsecond))
@@ -449,8 +495,13 @@ func TestFaults(t *testing.T) {
 		if m := slices.Max(killDetections); m > goalKill {
 			t.Errorf("KILL CONNECTION → A's Done took up to %v, over the goal %v", m, goalKill)
 		}
-		if m := medianOf(hand); m > goalHandOver {
-			t.Errorf("Unlock → grant median %v, over the goal %v", m, goalHandOver)
+		for _, h := range [][]time.Duration{hand, handPolled} {
+			if m := medianOf(h); m > goalHandOver {
+				t.Errorf("Unlock → grant median %v, over the goal %v", m, goalHandOver)
+			}
+			if m := slices.Max(h); m > goalHandOverMax {
+				t.Errorf("Unlock → grant max %v, over the goal %v", m, goalHandOverMax)
+			}
 		}
 	}
 	if *faultReadme != "" && !t.Failed() {
@@ -488,7 +539,7 @@ func failoverTrial(t *testing.T, i int) faulttrial.Trial {
 	}
 	defer proxy.Close()
 	r := &faultRig{primary: primary, proxy: proxy}
-	return r.trial(t, fFailover, i, false, false, 0, 4*fast.ServerTimeout, replica, func(*mysqllease.Lease, *pinger) time.Time {
+	return r.trial(t, fFailover, i, false, plainB, 0, 4*fast.ServerTimeout, replica, func(*mysqllease.Lease, *pinger) time.Time {
 		at := time.Now()
 		if err := primary.Kill(); err != nil {
 			t.Fatal(err)
@@ -501,16 +552,35 @@ func failoverTrial(t *testing.T, i int) faulttrial.Trial {
 }
 
 // handOvers measures n times the time from an Unlock to the grant of a
-// Lock waiting for the lock, in another pool.
-func handOvers(t *testing.T, s *mysqltest.Server, n int) []time.Duration {
+// Lock waiting for the lock, in another pool: on a session of its own, or,
+// when beyond, polling beyond Config.Waiters (1 here, and taken by a Lock
+// that waits for a lock never released).
+func handOvers(t *testing.T, s *mysqltest.Server, n int, beyond bool) []time.Duration {
 	admin := rootDB(t, s)
 	aDB, bDB := rootDB(t, s), rootDB(t, s)
+	cfg := fast
+	if beyond {
+		cfg.Waiters = 1
+		held := subject(t)
+		c, _ := rawLock(t, rootDB(t, s), held, time.Second)
+		ch := lockAsync(t, admin, cfg, bDB, held)
+		defer func() {
+			dropConn(c)
+			if g := <-ch; g.lease != nil {
+				g.lease.Unlock(context.Background())
+			}
+		}()
+	}
 	var out []time.Duration
-	var mu sync.Mutex
 	for range n {
 		subj := subject(t)
-		a := lock(t, fast, aDB, subj)
-		ch := lockAsync(t, admin, fast, bDB, subj)
+		a := lock(t, cfg, aDB, subj)
+		ch := waitFor(t, admin, cfg, bDB, subj, beyond)
+		if beyond {
+			// Polls back off to one each 50 ms while nothing is granted:
+			// let them reach it, as a Lock that waits for long does.
+			time.Sleep(250 * time.Millisecond)
+		}
 		start := time.Now()
 		if err := a.Unlock(context.Background()); err != nil {
 			t.Fatalf("Unlock = %v", err)
@@ -519,10 +589,34 @@ func handOvers(t *testing.T, s *mysqltest.Server, n int) []time.Duration {
 		if g.err != nil {
 			t.Fatalf("the waiting Lock = %v", g.err)
 		}
-		mu.Lock()
 		out = append(out, g.at.Sub(start))
-		mu.Unlock()
 		g.lease.Unlock(context.Background())
 	}
 	return out
+}
+
+// TestHandOvers measures the hand-over of a lock from an Unlock to a
+// Lock of another pool that waits on a session of its own, and to one that
+// polls beyond Config.Waiters, 5 × -faults.trials times each; with
+// -faults.goals, it checks the goals (50 ms median, 500 ms max).
+func TestHandOvers(t *testing.T) {
+	for _, beyond := range []bool{false, true} {
+		d := handOvers(t, server, *faultTrials*5, beyond)
+		t.Logf("Unlock → a waiting Lock granted (%s), %d hand-overs: median %v, max %v", waitKind(beyond), len(d), medianOf(d).Round(10*time.Microsecond), slices.Max(d).Round(10*time.Microsecond))
+		if *faultGoals {
+			if m := medianOf(d); m > goalHandOver {
+				t.Errorf("Unlock → grant (%s) median %v, over the goal %v", waitKind(beyond), m, goalHandOver)
+			}
+			if m := slices.Max(d); m > goalHandOverMax {
+				t.Errorf("Unlock → grant (%s) max %v, over the goal %v", waitKind(beyond), m, goalHandOverMax)
+			}
+		}
+	}
+}
+
+func waitKind(beyond bool) string {
+	if beyond {
+		return "polling beyond Config.Waiters"
+	}
+	return "on a session of its own"
 }

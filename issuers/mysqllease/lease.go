@@ -60,12 +60,17 @@ func Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, error) {
 // the checks below, the session's timeouts, and its watcher, a second
 // connection. With [Config.Fence], a second statement takes the token.
 //
-// A lock held elsewhere is waited for on a session of its own, with
-// GET_LOCK(name, Heartbeat) in steps, each answered within Heartbeat plus
-// the deadline (ServerTimeout − Margin) or the wait fails with
-// [ErrUnresponsive]: a blocked statement there stops no heartbeat of the
-// shared sessions. Once the server grants the lock, that session joins the
-// shared ones, with the lease on it, since the lock is the session's.
+// A lock held elsewhere is waited for on a session of waits (at most
+// [Config.Waiters] for a pool), with GET_LOCK(name, step) in steps of
+// Heartbeat, each answered within the step and half the deadline
+// (ServerTimeout − Margin) or the wait fails with [ErrUnresponsive]: that
+// session holds no other lease, so a blocked statement there stops no
+// heartbeat. Once the server grants the lock, that session holds the lease,
+// since the lock is the session's. A Lock that must wait while every
+// session of waits is busy polls for the lock, with the other Locks that
+// poll, on a shared session. A grant of a lock whose previous holder's
+// session has ended since (a KILL, not a release) returns [Config.Grace]
+// later, once a holder of this package knows.
 //
 // Lock refuses at once, with an error that names the mistake and wraps its
 // cause, a Config out of range, a subject it cannot name, a db whose
@@ -90,11 +95,12 @@ func Lock(ctx context.Context, db *sql.DB, subject string) (*Lease, error) {
 // ctx bounds the wait only; the lease lasts until it is lost or released.
 // ctx never reaches a statement of a shared session, whose connection the
 // driver would close under every lease on it: the deadline bounds those.
-// When ctx ends during a wait, the driver closes the wait's connection at
-// once; Lock kills its session (KILL CONNECTION through another connection
-// of db, once that connection shows the same server, bounded by Margin and
-// 2 s) and returns an error wrapping ctx's cause: no lock and no waiter are
-// left on the server, and no goroutine in the process.
+// When ctx ends during a wait, Lock kills the session of waits (KILL
+// CONNECTION through another connection of db, once that connection shows
+// the same server, bounded by Margin and 2 s), which holds no other lease;
+// a polling Lock just leaves the polls. It returns an error wrapping ctx's
+// cause: no lock and no waiter are left on the server, and no goroutine in
+// the process.
 //
 // When another lease of this process holds the same lock (same server and
 // name), Lock does not return before that lease is lost or released, even
@@ -153,9 +159,11 @@ func (st *sessionSet) lock(ctx context.Context, c Config, subject, name string, 
 	if err != nil {
 		return nil, err
 	}
-	unclaim, ok := tryClaim(lockID{m.s.server, name})
+	unclaim, ok := tryClaim(st.lockID(m.s.server, name))
+	var holder int64
 	if ok {
-		got, err := m.take(name)
+		got, h, err := m.take(name)
+		holder = h
 		switch {
 		case err != nil:
 			unclaim()
@@ -173,7 +181,7 @@ func (st *sessionSet) lock(ctx context.Context, c Config, subject, name string, 
 		}
 		return nil, fmt.Errorf("%w: GET_LOCK(name, 0) returned 0: another server session holds the lock", lease.ErrHeld)
 	}
-	return st.wait(ctx, c, subject, name, table)
+	return st.wait(ctx, c, subject, name, table, holder)
 }
 
 // grant makes the lease of the lock name that m's session has just taken:
@@ -194,48 +202,6 @@ func (st *sessionSet) grant(m *shared, c Config, subject, name, table string, un
 	if !m.attach(l) {
 		unclaim()
 		return nil, fmt.Errorf("%w: the shared session ended as the lock was granted", ErrConnLost)
-	}
-	return l, nil
-}
-
-// wait takes the lock name on a session of its own, opened and checked as
-// a shared session is, with GET_LOCK in steps of Heartbeat: a blocked
-// statement there stops no other lease's heartbeat. Once the server grants
-// the lock, and no lease of this process holds it any more, the session
-// joins st, with the new lease on it.
-func (st *sessionSet) wait(ctx context.Context, c Config, subject, name, table string) (*Lease, error) {
-	s, err := st.session(ctx, c, name)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.wait(ctx, name, c.Heartbeat, c.deadline()); err != nil {
-		s.abandon()
-		return nil, err
-	}
-	unclaim, err := claim(ctx, lockID{s.server, name})
-	if err != nil {
-		s.abandon()
-		return nil, fmt.Errorf("the wait was cut by its context while another lease of this process held the lock: %w", err)
-	}
-	var token int64
-	if table != "" {
-		if token, err = s.fence(ctx, table, name); err != nil {
-			unclaim()
-			s.abandon()
-			return nil, err
-		}
-	}
-	m, err := newShared(ctx, st, s)
-	if err != nil {
-		unclaim()
-		s.abandon()
-		return nil, err
-	}
-	st.add(m)
-	l := &Lease{ctrl: controller.New(subject), m: m, name: name, token: token, unclaim: unclaim, obs: c.Observer}
-	if !m.attach(l) {
-		unclaim()
-		return nil, fmt.Errorf("%w: the session ended as the lock was granted", ErrConnLost)
 	}
 	return l, nil
 }

@@ -2,6 +2,7 @@ package mysqllease
 
 import (
 	"context"
+	"database/sql"
 	"sync"
 )
 
@@ -10,6 +11,20 @@ import (
 type lockID struct {
 	server string
 	name   string
+	proc   *sql.DB // nil, but in tests that make a pool's leases another process's
+}
+
+// apart holds the pools whose leases the tests take for another process's:
+// the registry orders them apart from this process's other leases.
+var apart sync.Map
+
+// lockID returns the name in the registry of the lock name of server.
+func (st *sessionSet) lockID(server, name string) lockID {
+	id := lockID{server: server, name: name}
+	if _, ok := apart.Load(st.db); ok {
+		id.proc = st.db
+	}
+	return id
 }
 
 // The leases of this process that are live, by lock. The server frees a
@@ -66,4 +81,47 @@ func record(id lockID) (unclaim func(), gone <-chan struct{}) {
 			close(ch)
 		})
 	}, nil
+}
+
+// sessionID names a server session of this process: its server and
+// CONNECTION_ID(), and the pool kept apart in the tests.
+type sessionID struct {
+	server string
+	id     int64
+	proc   *sql.DB
+}
+
+// The shared sessions of this process that are open. A waiting Lock granted
+// a lock that one of them held needs no grace: the registry of leases
+// orders it after that session's lease.
+var mine = struct {
+	sync.Mutex
+	m map[sessionID]struct{}
+}{m: make(map[sessionID]struct{})}
+
+// sessionID returns the name of the session s of st among this process's.
+func (st *sessionSet) sessionID(s *session) sessionID {
+	id := st.lockID(s.server, "")
+	return sessionID{server: s.server, id: s.id, proc: id.proc}
+}
+
+// ownSession records an open shared session, and returns the func that
+// ends the record.
+func ownSession(id sessionID) func() {
+	mine.Lock()
+	mine.m[id] = struct{}{}
+	mine.Unlock()
+	return func() {
+		mine.Lock()
+		delete(mine.m, id)
+		mine.Unlock()
+	}
+}
+
+// isMine reports whether id is an open shared session of this process.
+func isMine(id sessionID) bool {
+	mine.Lock()
+	defer mine.Unlock()
+	_, ok := mine.m[id]
+	return ok
 }

@@ -172,46 +172,51 @@ func (s *session) set(ctx context.Context, c Config) error {
 }
 
 // wait takes the lock with GET_LOCK in steps of step, each a statement
-// answered within step + bound or the session is taken for silent. It
-// returns the send time of the statement that took the lock.
-func (s *session) wait(ctx context.Context, name string, step, bound time.Duration) (time.Time, error) {
+// answered within step + bound or the session is taken for silent. holder
+// is the lock's holder seen before the wait (0 if unknown); wait returns the
+// last one seen before the grant: each step that times out reads the holder
+// at its end.
+func (s *session) wait(ctx context.Context, name string, step, bound time.Duration, holder int64) (int64, error) {
 	if !s.mariadb {
 		// MySQL reads GET_LOCK's timeout as whole seconds.
 		step = max(time.Second, (step+time.Second-1)/time.Second*time.Second)
 	}
 	for {
-		sent := time.Now()
-		got, err := s.getLock(ctx, name, step, bound)
+		got, h, err := s.getLock(ctx, name, step, bound)
 		if err != nil {
-			return time.Time{}, err
+			return 0, err
 		}
 		if got {
-			return sent, nil
+			return holder, nil
+		}
+		if h != 0 {
+			holder = h
 		}
 	}
 }
 
 // getLock runs GET_LOCK(name, step) once, a statement answered within step
 // + bound or the session is taken for silent, and reports whether the
-// session took the lock.
-func (s *session) getLock(ctx context.Context, name string, step, bound time.Duration) (bool, error) {
-	q := "SELECT GET_LOCK(" + literal(name) + ", " + seconds(step) + ")" + tail
+// session took the lock, and otherwise the lock's holder at the step's end
+// (0 if none).
+func (s *session) getLock(ctx context.Context, name string, step, bound time.Duration) (bool, int64, error) {
+	q := "SELECT GET_LOCK(" + literal(name) + ", " + seconds(step) + "), IS_USED_LOCK(" + literal(name) + ")" + tail
 	sctx, cancel := context.WithTimeout(ctx, step+bound)
-	var got sql.NullInt64
-	err := s.row(sctx, q, &got)
+	var got, holder sql.NullInt64
+	err := s.row(sctx, q, &got, &holder)
 	silent := sctx.Err() != nil && ctx.Err() == nil
 	cancel()
 	switch {
 	case ctx.Err() != nil:
-		return false, fmt.Errorf("the wait was cut by its context: %w", context.Cause(ctx))
+		return false, 0, fmt.Errorf("the wait was cut by its context: %w", context.Cause(ctx))
 	case silent:
-		return false, fmt.Errorf("%w: a step of the wait (GET_LOCK for %v) was not answered within %v more", ErrUnresponsive, step, bound)
+		return false, 0, fmt.Errorf("%w: a step of the wait (GET_LOCK for %v) was not answered within %v more", ErrUnresponsive, step, bound)
 	case err != nil:
-		return false, fmt.Errorf("wait: %w", causeOf(err))
+		return false, 0, fmt.Errorf("wait: %w", causeOf(err))
 	case !got.Valid:
-		return false, fmt.Errorf("wait: %w: GET_LOCK returned NULL: the server interrupted it", ErrKilled)
+		return false, 0, fmt.Errorf("wait: %w: GET_LOCK returned NULL: the server interrupted it", ErrKilled)
 	}
-	return got.Int64 == 1, nil
+	return got.Int64 == 1, holder.Int64, nil
 }
 
 // checkFence runs the fencing statement on table (quoted) without writing

@@ -30,13 +30,16 @@ type sessionSet struct {
 	members []*shared
 	opening chan struct{} // closed when the session being opened is ready or failed
 	refs    int           // Locks in progress on the set; sets.mu guards it
+	waiting int           // sessions of waits open, at most Config.Waiters (see waitOwn)
+	polled  []*pollWaiter // the Locks that wait by polling (see waitPolled)
+	poll    *poller       // the goroutine that polls for them, nil if none
 }
 
 // setKey names a set: its pool and the Config's timing.
 type setKey struct {
 	db                               *sql.DB
 	serverTimeout, heartbeat, margin time.Duration
-	sessions                         int
+	sessions, waiters                int
 }
 
 // The sets of this process, by pool and timing. A set leaves the map once
@@ -52,7 +55,7 @@ func setFor(db *sql.DB, c Config) *sessionSet {
 	if c.Alone {
 		return &sessionSet{db: db, cfg: c, alone: true, refs: 1}
 	}
-	key := setKey{db, c.ServerTimeout, c.Heartbeat, c.Margin, c.Sessions}
+	key := setKey{db, c.ServerTimeout, c.Heartbeat, c.Margin, c.Sessions, c.Waiters}
 	sets.Lock()
 	defer sets.Unlock()
 	st := sets.m[key]
@@ -100,7 +103,8 @@ func (st *sessionSet) remove(m *shared) {
 	}
 }
 
-// add adds a session, whose one pending Lock is counted, to the set.
+// add adds a session, whose one pending Lock is counted, to the set: a
+// wait's session, which pick leaves to its lease.
 func (st *sessionSet) add(m *shared) {
 	st.mu.Lock()
 	st.members = append(st.members, m)
@@ -129,15 +133,21 @@ func (st *sessionSet) pick(ctx context.Context, c Config, name string) (*shared,
 	for {
 		st.mu.Lock()
 		var best *shared
-		bestLoad := 0
+		bestLoad, shared := 0, 0
 		for _, m := range st.members {
+			if m.waited {
+				// A wait's session holds its one lease, and closes
+				// with it, giving its place back to the next wait.
+				continue
+			}
+			shared++
 			m.mu.Lock()
 			if !m.dead && (best == nil || m.load() < bestLoad) {
 				best, bestLoad = m, m.load()
 			}
 			m.mu.Unlock()
 		}
-		full := best == nil || (bestLoad >= leasesPerSession && len(st.members) < st.bound())
+		full := best == nil || (bestLoad >= leasesPerSession && shared < st.bound())
 		if st.alone {
 			full = best == nil
 		}
@@ -185,7 +195,7 @@ func (st *sessionSet) open(ctx context.Context, c Config, name string) (*shared,
 	if err != nil {
 		return nil, err
 	}
-	m, err := newShared(ctx, st, s)
+	m, err := newShared(ctx, st, s, false)
 	if err != nil {
 		s.abandon()
 		return nil, err

@@ -28,10 +28,12 @@ import (
 // connection cut) is started again; one that cannot stay pending fails the
 // session, since the push would be gone.
 type shared struct {
-	set   *sessionSet
-	s     *session
-	cfg   Config
-	watch string // the watch lock's name
+	set    *sessionSet
+	s      *session
+	cfg    Config
+	watch  string // the watch lock's name
+	waited bool   // a wait's session: it holds its one lease, and its end gives the set's place back
+	disown func() // ends the session's record among this process's
 
 	ctx    context.Context    // ended by fail or close: cuts a statement in flight
 	cancel context.CancelFunc //
@@ -68,8 +70,8 @@ var errGone = fmt.Errorf("%w: the shared session has ended", ErrConnLost)
 // timeouts are done, a shared session of st: it takes the session's watch
 // lock (the first confirmation), starts the watcher and the heartbeat, and
 // returns the session with one pending Lock counted.
-func newShared(ctx context.Context, st *sessionSet, s *session) (*shared, error) {
-	m := &shared{set: st, s: s, cfg: st.cfg, watch: watchPrefix + s.mark, leases: make(map[*Lease]struct{}), pending: 1}
+func newShared(ctx context.Context, st *sessionSet, s *session, waited bool) (*shared, error) {
+	m := &shared{set: st, s: s, cfg: st.cfg, watch: watchPrefix + s.mark, waited: waited, leases: make(map[*Lease]struct{}), pending: 1}
 	sent := time.Now()
 	var got sql.NullInt64
 	if err := s.row(ctx, "SELECT GET_LOCK("+literal(m.watch)+", 0)"+tail, &got); err != nil {
@@ -82,6 +84,7 @@ func newShared(ctx context.Context, st *sessionSet, s *session) (*shared, error)
 		return nil, fmt.Errorf("%w: the session's first statement took longer than the deadline %v", ErrUnresponsive, m.cfg.deadline())
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.disown = ownSession(st.sessionID(s))
 	m.confirmed = sent
 	m.mu.Lock()
 	m.timer = time.AfterFunc(time.Until(sent.Add(m.cfg.deadline())), m.expire)
@@ -121,7 +124,13 @@ func (m *shared) load() int { return len(m.leases) + m.pending }
 // reaches the statement: its end would close the connection under every
 // lease; the deadline bounds it instead.
 func (m *shared) do(query string, dest ...any) error {
-	return m.run(func(ctx context.Context) error { return m.s.row(ctx, query, dest...) })
+	return m.doFor(m.cfg.deadline(), query, dest...)
+}
+
+// doFor is do with a statement answered within timeout, or the session is
+// taken for silent.
+func (m *shared) doFor(timeout time.Duration, query string, dest ...any) error {
+	return m.runFor(timeout, func(ctx context.Context) error { return m.s.row(ctx, query, dest...) })
 }
 
 // exec runs a statement without a result set on the session, as do does,
@@ -137,12 +146,16 @@ func (m *shared) exec(query string) (sql.Result, error) {
 }
 
 func (m *shared) run(f func(ctx context.Context) error) error {
+	return m.runFor(m.cfg.deadline(), f)
+}
+
+func (m *shared) runFor(timeout time.Duration, f func(ctx context.Context) error) error {
 	m.stmt.Lock()
 	defer m.stmt.Unlock()
 	if m.ctx.Err() != nil {
 		return errGone
 	}
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.deadline())
+	ctx, cancel := context.WithTimeout(m.ctx, timeout)
 	defer cancel()
 	sent := time.Now()
 	err := f(ctx)
@@ -155,7 +168,7 @@ func (m *shared) run(f func(ctx context.Context) error) error {
 		// The server answered: the session is alive, the statement failed.
 	default:
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w: a statement was not answered within the deadline %v", ErrUnresponsive, m.cfg.deadline())
+			err = fmt.Errorf("%w: a statement was not answered within %v", ErrUnresponsive, timeout)
 		}
 		m.fail(lossCause(err))
 		return err
@@ -365,9 +378,13 @@ func (m *shared) end(leases map[*Lease]struct{}) {
 	m.mu.Unlock()
 	m.cancel()
 	m.set.remove(m)
+	if m.waited {
+		m.set.releaseSlot()
+	}
 	go func() {
 		m.loops.Wait()
 		m.s.discard()
+		m.disown()
 		for l := range leases {
 			l.unclaim()
 		}
@@ -455,24 +472,34 @@ func (m *shared) release(name string) error {
 }
 
 // take takes the lock name on the session if it is free now: one statement,
-// GET_LOCK(name, 0), which neither waits nor queues. It returns an error
-// wrapping [ErrHeld] when the session held the lock before it (a pooled
-// connection that other code left holding it became the session).
-func (m *shared) take(name string) (bool, error) {
-	var before, got sql.NullInt64
-	if err := m.do("SELECT IS_USED_LOCK("+literal(name)+"), GET_LOCK("+literal(name)+", 0)"+tail, &before, &got); err != nil {
-		return false, fmt.Errorf("take the lock: %w", causeOf(err))
+// GET_LOCK(name, 0), which neither waits nor queues. When the lock is held,
+// it returns the holder's session id. It returns an error wrapping
+// [ErrHeld] when the session held the lock before it (a pooled connection
+// that other code left holding it became the session).
+func (m *shared) take(name string) (got bool, holder int64, err error) {
+	var before, res sql.NullInt64
+	if err := m.do("SELECT IS_USED_LOCK("+literal(name)+"), GET_LOCK("+literal(name)+", 0)"+tail, &before, &res); err != nil {
+		return false, 0, fmt.Errorf("take the lock: %w", causeOf(err))
 	}
-	if before.Valid && before.Int64 == m.s.id {
-		// GET_LOCK counted a second hold of a lock the session had: give
-		// that one back, leaving the first as it was.
-		m.do("SELECT RELEASE_LOCK("+literal(name)+")"+tail, new(sql.NullInt64))
-		return false, fmt.Errorf("%w: session %d", ErrHeld, m.s.id)
+	if err := m.heldBefore(name, before); err != nil {
+		return false, 0, err
 	}
-	if !got.Valid {
-		return false, fmt.Errorf("take the lock: %w: GET_LOCK returned NULL: the server interrupted it", ErrKilled)
+	if !res.Valid {
+		return false, 0, fmt.Errorf("take the lock: %w: GET_LOCK returned NULL: the server interrupted it", ErrKilled)
 	}
-	return got.Int64 == 1, nil
+	return res.Int64 == 1, before.Int64, nil
+}
+
+// heldBefore returns an error wrapping [ErrHeld] when before, the holder
+// of the lock name read just before a GET_LOCK of the session, is the
+// session itself: GET_LOCK counted a second hold of a lock the session had,
+// and heldBefore gives that one back, leaving the first as it was.
+func (m *shared) heldBefore(name string, before sql.NullInt64) error {
+	if !before.Valid || before.Int64 != m.s.id {
+		return nil
+	}
+	m.do("SELECT RELEASE_LOCK("+literal(name)+")"+tail, new(sql.NullInt64))
+	return fmt.Errorf("%w: session %d", ErrHeld, m.s.id)
 }
 
 // fence increments the lock's row of table (quoted) in the session and

@@ -343,25 +343,19 @@ func TestSharedSessionHeldBefore(t *testing.T) {
 	}
 }
 
-// TestWaitOnAFullPool: a Lock that waited, on a pool whose MaxOpenConns
-// leaves no connection for the watcher of the session its wait was granted
-// on, returns with its lease rather than wait for one: the heartbeat and the
-// deadline hold until a watcher starts.
+// TestWaitOnAFullPool: a Lock that must wait, on a pool whose MaxOpenConns
+// leaves no room for a session of waits and its watcher beside the shared
+// session, its watcher and the caller's connection, polls on the shared
+// session, and is granted once the lock is released.
 func TestWaitOnAFullPool(t *testing.T) {
 	admin := rootDB(t, server)
 	db := rootDB(t, server)
-	db.SetMaxOpenConns(4) // the shared session and its watcher, the wait's session and the caller's
+	db.SetMaxOpenConns(4) // the shared session and its watcher, the caller's, one more
 	a := lock(t, fast, db, subject(t))
 	defer a.Unlock(context.Background())
 	y := subject(t)
 	c, _ := rawLock(t, rootDB(t, server), y, time.Second)
-	done := make(chan granted, 1)
-	go func() {
-		l, err := fast.Lock(context.Background(), db, y)
-		done <- granted{l, err, time.Now()}
-	}()
-	waitWaiting(t, admin, y, done)
-	// The probe's connection, back in the pool, is the caller's now.
+	done := waitFor(t, admin, fast, db, y, true)
 	held, err := db.Conn(context.Background())
 	if err != nil {
 		t.Fatal(err)
