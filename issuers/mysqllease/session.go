@@ -271,6 +271,31 @@ func (s *session) kill(ctx context.Context, what string) error {
 	return err
 }
 
+// awaitGone waits, for at most the session's grace, until the server no
+// longer lists the session: a lock the dying session was granted is free
+// again by then. It asks through another connection of the pool, every
+// 5 ms; a session of the pool's own user is listed without the PROCESS
+// privilege.
+func (s *session) awaitGone() {
+	if s.id == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.grace)
+	defer cancel()
+	for {
+		var n int64
+		err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", s.id).Scan(&n)
+		if err != nil || n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // discard closes the session's connection for good: the pool does not get
 // it back, and the server ends the session when it sees the close.
 func (s *session) discard() {
@@ -280,7 +305,7 @@ func (s *session) discard() {
 
 // abandon ends the session of a Lock that failed: KILL CONNECTION, bounded
 // by the grace, so that neither a waiter nor a lock is left on the server,
-// then the close.
+// then the close, and returns once the server no longer lists it.
 func (s *session) abandon() {
 	if s.id != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), s.grace)
@@ -288,6 +313,7 @@ func (s *session) abandon() {
 		cancel()
 	}
 	s.discard()
+	s.awaitGone()
 }
 
 // causeOf returns the cause of a loss for err, the error of a statement of

@@ -153,6 +153,12 @@ func (st *sessionSet) waitOn(ctx context.Context, m *shared, c Config, subject, 
 		if !cut() || ctx.Err() != nil {
 			m.fail(fmt.Errorf("%w: the wait was cut by its context", ErrKilled))
 			m.giveUp()
+			// The server ends a killed or closed session a moment after
+			// its client sees the end, and a release in that moment can
+			// still grant the dying session the lock. The Lock returns
+			// once the session is gone, so that a lock it leaves behind
+			// is free for the next caller.
+			m.s.awaitGone()
 			return nil, fmt.Errorf("the wait was cut by its context: %w", context.Cause(ctx))
 		}
 		switch {
