@@ -36,7 +36,7 @@ LOCKSET_KUBE = $(or $(TMPDIR),/tmp)/lockset-kube
 LOCKSET_REDIS = $(or $(TMPDIR),/tmp)/lockset-redis
 # Redis's clock mix runs its server under libfaketime (faketime-deps).
 LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps lockset-redis) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube) $(if $(filter nats,$(1)),nats-server) $(if $(filter s3,$(1)),s3-versitygw) $(if $(filter clock,$(MIX)),faketime-deps) \
-	$(if $(filter redis,$(REGISTER)),redis-deps) $(if $(filter pg,$(REGISTER)),pg-deps) $(if $(filter mysql,$(REGISTER)),mysql-deps)
+	$(if $(filter redis,$(REGISTER)),redis-deps) $(if $(filter pg,$(REGISTER)),pg-deps) $(if $(filter mysql,$(REGISTER)),mysql-deps) $(if $(filter s3,$(REGISTER)),s3-versitygw)
 LOCKSET_ENV  = REDIS_SERVER=$(REDIS_SERVER) REDIS_SENTINEL=$(REDIS_SENTINEL) PGBIN=$(PG_BIN) $(MYSQL_ENV) LOCKSET_KUBE=$(LOCKSET_KUBE) LOCKSET_REDIS=$(LOCKSET_REDIS)
 
 TEST_STEPS += test-lockset
@@ -57,7 +57,7 @@ lint-lockset:
 ## (3), CLIENTS contenders a lock (5), the peer's clients beside the
 ## issuer's; prints the run's folder and each side's counts, and fails on
 ## an overlap, an unsafe write or a stale write accepted that nothing
-## excuses. REGISTER (pg, mysql, redis, etcd or memory; none by default)
+## excuses. REGISTER (pg, mysql, redis, etcd, s3 or memory; none by default)
 ## keeps the register in that real store too, started beside the
 ## harness's register and outside the faults: each write goes to both, to
 ## the store through its fence of package fencing, and the counts of each

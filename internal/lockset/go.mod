@@ -13,6 +13,7 @@ require (
 	github.com/nats-io/nats.go v1.56.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/zukhruf/lease v0.1.0
+	github.com/zukhruf/lease/fencing/s3fence v0.1.0
 	github.com/zukhruf/lease/issuers/etcdlease v0.1.0
 	github.com/zukhruf/lease/issuers/redislease v0.1.0
 	github.com/zukhruf/lease/issuers/s3lease v0.1.0
@@ -161,3 +162,5 @@ replace github.com/zukhruf/lease/fencing/etcdfence => ../../fencing/etcdfence
 replace github.com/zukhruf/lease/issuers/natslease => ../../issuers/natslease
 
 replace github.com/zukhruf/lease/issuers/s3lease => ../../issuers/s3lease
+
+replace github.com/zukhruf/lease/fencing/s3fence => ../../fencing/s3fence
