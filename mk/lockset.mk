@@ -35,8 +35,8 @@ LOCKSET_KUBE = $(or $(TMPDIR),/tmp)/lockset-kube
 # Cluster, by its internal package redistest), built here.
 LOCKSET_REDIS = $(or $(TMPDIR),/tmp)/lockset-redis
 # Redis's clock mix runs its server under libfaketime (faketime-deps).
-LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps lockset-redis) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube) $(if $(filter nats,$(1)),nats-server) $(if $(filter clock,$(MIX)),faketime-deps) \
-	$(if $(filter redis,$(REGISTER)),redis-deps) $(if $(filter pg,$(REGISTER)),pg-deps) $(if $(filter mysql,$(REGISTER)),mysql-deps)
+LOCKSET_DEPS = $(if $(filter redis,$(1)),redis-deps lockset-redis) $(if $(filter pg,$(1)),pg-deps) $(if $(filter mysql,$(1)),mysql-deps) $(if $(filter k8s,$(1)),lockset-kube) $(if $(filter nats,$(1)),nats-server) $(if $(filter s3,$(1)),s3-versitygw) $(if $(filter clock,$(MIX)),faketime-deps) \
+	$(if $(filter redis,$(REGISTER)),redis-deps) $(if $(filter pg,$(REGISTER)),pg-deps) $(if $(filter mysql,$(REGISTER)),mysql-deps) $(if $(filter s3,$(REGISTER)),s3-versitygw)
 LOCKSET_ENV  = REDIS_SERVER=$(REDIS_SERVER) REDIS_SENTINEL=$(REDIS_SENTINEL) PGBIN=$(PG_BIN) $(MYSQL_ENV) LOCKSET_KUBE=$(LOCKSET_KUBE) LOCKSET_REDIS=$(LOCKSET_REDIS)
 
 TEST_STEPS += test-lockset
@@ -50,14 +50,14 @@ test-lockset:
 lint-lockset:
 	cd $(LOCKSET_DIR) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
-## lockset: one lock-set run of ISSUER (etcd, redis, pg, mysql, k8s or nats) for
+## lockset: one lock-set run of ISSUER (etcd, redis, pg, mysql, k8s, nats or s3) for
 ## SECONDS (60) with the fault schedule of SEED (1) and the faults of MIX
 ## (all; network, server, process, operator; Redis's clock, sentinel and
 ## cluster; etcd's failover; PostgreSQL's standby), LOCKS locks a side
 ## (3), CLIENTS contenders a lock (5), the peer's clients beside the
 ## issuer's; prints the run's folder and each side's counts, and fails on
 ## an overlap, an unsafe write or a stale write accepted that nothing
-## excuses. REGISTER (pg, mysql, redis, etcd or memory; none by default)
+## excuses. REGISTER (pg, mysql, redis, etcd, s3 or memory; none by default)
 ## keeps the register in that real store too, started beside the
 ## harness's register and outside the faults: each write goes to both, to
 ## the store through its fence of package fencing, and the counts of each
@@ -81,13 +81,13 @@ lockset: $(call LOCKSET_DEPS,$(ISSUER))
 ## PARALLEL=true runs the issuers at once; writes the table into
 ## docs/lockset.md; fails if a run of the lease has a violation.
 ## SECONDS=600 SEEDS=10 takes 100 minutes an issuer.
-lockset-all: redis-deps pg-deps mysql-deps lockset-kube lockset-redis faketime-deps nats-server
+lockset-all: redis-deps pg-deps mysql-deps lockset-kube lockset-redis faketime-deps nats-server s3-versitygw
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds $(SECONDS) -seeds $(SEEDS) -locks $(LOCKS) -parallel=$(PARALLEL) -doc $(CURDIR)/docs/lockset.md
 
 ## lockset-smoke: a 60 s run of each issuer with every fault mix, in make e2e.
 E2E_STEPS += lockset-smoke
-lockset-smoke: redis-deps pg-deps mysql-deps lockset-kube nats-server
+lockset-smoke: redis-deps pg-deps mysql-deps lockset-kube nats-server s3-versitygw
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds 60 -seeds 1
 

@@ -393,6 +393,8 @@ func (r *runner) eraseLock(lock string) (int64, bool) {
 		return r.kubeDeleteLease(ctx, lock)
 	case "nats":
 		return r.natsDeleteKey(ctx, lock)
+	case "s3":
+		return r.s3DeleteObject(ctx, lock)
 	case "pg":
 		return r.pgTerminateHolder(ctx, lock)
 	case "mysql":

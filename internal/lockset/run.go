@@ -34,7 +34,7 @@ import (
 var sides = []string{"lease", "peer"}
 
 // issuers are the issuers a run can take.
-var issuers = []string{"etcd", "redis", "pg", "mysql", "k8s", "nats"}
+var issuers = []string{"etcd", "redis", "pg", "mysql", "k8s", "nats", "s3"}
 
 func newLocker(c clientConfig) (locker, error) {
 	switch c.issuer {
@@ -50,6 +50,8 @@ func newLocker(c clientConfig) (locker, error) {
 		return newKubeLocker(c)
 	case "nats":
 		return newNATSLocker(c)
+	case "s3":
+		return newS3Locker(c)
 	}
 	return nil, fmt.Errorf("no issuer %q (%s)", c.issuer, strings.Join(issuers, ", "))
 }
@@ -475,6 +477,8 @@ func (r *runner) startServer() (string, error) {
 		return r.startKube()
 	case "nats":
 		return r.startNATS()
+	case "s3":
+		return r.startS3()
 	}
 	if r.cluster {
 		return r.startEtcdCluster()

@@ -26,14 +26,15 @@ import (
 	"github.com/zukhruf/lease/fencing"
 	"github.com/zukhruf/lease/fencing/etcdfence"
 	"github.com/zukhruf/lease/fencing/redisfence"
+	"github.com/zukhruf/lease/fencing/s3fence"
 )
 
 // stores are the real stores a run's register can also be kept in (-register),
 // each behind its fence of package fencing: PostgreSQL and MariaDB
-// (fencing.SQL), Redis (redisfence), etcd (etcdfence), and the harness's
-// own process (fencing.Handler over a fencing.Memory, reached through
-// fencing.Transport).
-var stores = []string{"pg", "mysql", "redis", "etcd", "memory"}
+// (fencing.SQL), Redis (redisfence), etcd (etcdfence), an S3 object on
+// versitygw (s3fence), and the harness's own process (fencing.Handler over
+// a fencing.Memory, reached through fencing.Transport).
+var stores = []string{"pg", "mysql", "redis", "etcd", "s3", "memory"}
 
 // The names the stores keep the register under.
 const (
@@ -86,6 +87,8 @@ func (r *runner) startStore(kind string, mux *http.ServeMux, register string) (*
 		err = s.startRedis()
 	case "etcd":
 		err = s.startEtcd(r.self)
+	case "s3":
+		err = s.startS3()
 	default:
 		return nil, fmt.Errorf("no register store %q (%s)", kind, strings.Join(stores, ", "))
 	}
@@ -242,6 +245,29 @@ func (s *storeServer) startRedis() error {
 	return redisReady(s.addr, s.done)
 }
 
+// startS3 runs a versitygw of its own, its bucket made.
+func (s *storeServer) startS3() error {
+	var err error
+	if s.dir, err = os.MkdirTemp("", "lockset-store-s3-"); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	cmd, err := versitygwCommand(s.dir, port)
+	if err != nil {
+		return err
+	}
+	err = s.start(cmd)
+	cmd.Stdout.(*os.File).Close() // the child's once started
+	if err != nil {
+		return err
+	}
+	s.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	return s3Ready(s.addr, s.done)
+}
+
 // startEtcd runs "lockset server -issuer etcd", a member of its own.
 func (s *storeServer) startEtcd(self string) error {
 	var err error
@@ -303,6 +329,12 @@ func openStore(spec string, ttl time.Duration, hc *http.Client) (storeWriter, er
 			return nil, err
 		}
 		return etcdStore{cli}, nil
+	case "s3":
+		c, err := s3Client(addr)
+		if err != nil {
+			return nil, err
+		}
+		return s3Store{s3fence.Fence{Client: c, Bucket: s3Bucket}}, nil
 	case "memory":
 		return memoryStore{url: addr, hc: &http.Client{Timeout: hc.Timeout, Transport: &fencing.Transport{Base: hc.Transport}}}, nil
 	}
@@ -376,6 +408,20 @@ func (s etcdStore) advance(ctx context.Context, lock string, token int64) error 
 
 func (s etcdStore) close() { s.cli.Close() }
 
+// s3Store keeps the register in an object, its fence in the object's
+// first line, each write a conditional PutObject.
+type s3Store struct{ fence s3fence.Fence }
+
+func (s s3Store) write(ctx context.Context, lock string, token, value int64) error {
+	return s.fence.Put(ctx, storeKeyPrefix+lock, token, strconv.AppendInt(nil, value, 10))
+}
+
+func (s s3Store) advance(ctx context.Context, lock string, token int64) error {
+	return s.fence.Advance(ctx, storeKeyPrefix+lock, token)
+}
+
+func (s s3Store) close() {}
+
 // memoryStore sends the write to the harness's fencing.Handler, its token
 // in the request's headers by fencing.Transport.
 type memoryStore struct {
@@ -420,5 +466,6 @@ var (
 	_ storeWriter = (*sqlStore)(nil)
 	_ storeWriter = redisStore{}
 	_ storeWriter = etcdStore{}
+	_ storeWriter = s3Store{}
 	_ storeWriter = memoryStore{}
 )

@@ -93,6 +93,12 @@ func (c Config) lock(ctx context.Context, call string, client *minio.Client, sub
 		if until.After(seen) {
 			seen = until
 		}
+		if g != nil && !time.Now().Before(g.sent.Add(c.life())) {
+			// The grant's answer came after its own deadline: a waiter
+			// may hold the object already. It is no lease; try again.
+			c.abandon(client, bucket, key, id)
+			g = nil
+		}
 		if g != nil {
 			stop()
 			l := &Lease{

@@ -261,3 +261,27 @@ func proxy(t testing.TB, addr string) *faultnet.Proxy {
 	t.Cleanup(func() { p.Close() })
 	return p
 }
+
+// TestLateGrantNotReturned: a grant whose answer comes after its own
+// deadline (the link delays each way by more than half the lease's life)
+// is never returned as a live lease: Lock returns a lease only before its
+// deadline, or an error.
+func TestLateGrantNotReturned(t *testing.T) {
+	p := proxy(t, shared.Addr())
+	c := client(t, p.Addr())
+	first := mustLock(t, short, c, keyName(t)) // the session's probe, on a quick link
+	defer first.Unlock(t.Context())
+	p.Delay(short.TTL / 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*short.TTL)
+	defer cancel()
+	l, err := short.Lock(ctx, c, keyName(t))
+	returned := time.Now()
+	if err != nil {
+		return
+	}
+	defer l.Unlock(context.Background())
+	if !l.Deadline().After(returned) {
+		t.Errorf("Lock returned a lease whose deadline %v had passed at its return %v; Err() = %v",
+			l.Deadline().Format(time.StampMilli), returned.Format(time.StampMilli), l.Signal().Err())
+	}
+}
