@@ -499,7 +499,7 @@ func (s *session) schedule(r *run) {
 		wait := time.Hour // until a renewal is due, is late, or a slot frees
 		if s.run == r && len(s.due) > 0 {
 			head, inFlight := s.due[0], len(r.slots)
-			switch due := head.next.Sub(time.Now()); {
+			switch due := time.Until(head.next); {
 			case due > 0:
 				wait = due
 			case inFlight < baseRenewing:
