@@ -75,8 +75,9 @@ func (l *Lease) Deadline() time.Time { return l.deadline.current() }
 // that the next holder's token is larger), which a waiting Lock of any
 // client takes at its next read, and one of this client at once. An object
 // that another holder or an operator wrote is left alone. ctx bounds the
-// release; a lease lost before Unlock stays lost, and its object is
-// released all the same if it is still this lease's.
+// release; a ctx that has ended already still sends it, detached, for at
+// most [ReleaseTimeout]. A lease lost before Unlock stays lost, and its
+// object is released all the same if it is still this lease's.
 //
 // Unlock returns the store's error for the release, if any: the object is
 // then taken over when its expiry passes. Successive calls return the first
@@ -86,6 +87,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("s3lease: Unlock called with a nil context")
 	}
 	l.once.Do(func() {
+		ctx, cancel := releaseContext(ctx)
+		defer cancel()
 		l.ctrl.End()
 		l.ended.Store(true)
 		l.deadline.stop()
