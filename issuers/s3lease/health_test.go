@@ -2,11 +2,178 @@ package s3lease_test
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/issuers/s3lease"
+	"github.com/zukhruf/lease/lost"
 )
+
+// recorder is an Observer that keeps every event and wakes the test.
+type recorder struct {
+	mu  sync.Mutex
+	all []health.Event
+	new chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
+
+func (r *recorder) Observe(e health.Event) {
+	r.mu.Lock()
+	r.all = append(r.all, e)
+	r.mu.Unlock()
+	select {
+	case r.new <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) events() []health.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// waitFor waits until n events of kind arrived, and returns every event.
+func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
+	t.Helper()
+	guard := time.After(time.Minute)
+	for {
+		all := r.events()
+		count := 0
+		for _, e := range all {
+			if e.Kind == kind {
+				count++
+			}
+		}
+		if count >= n {
+			return all
+		}
+		select {
+		case <-r.new:
+		case <-guard:
+			t.Fatalf("%d %v events within a minute, want %d: %v", count, kind, n, kindsOf(all))
+		}
+	}
+}
+
+func kindsOf(es []health.Event) []health.Kind {
+	var k []health.Kind
+	for _, e := range es {
+		k = append(k, e.Kind)
+	}
+	return k
+}
+
+// TestObserverEvents: a lease's observer is told of its grant, its
+// renewals in order with their margins, and its release; another's, of its
+// grant and its loss to an operator's delete, with the *lost.Error and how
+// it was learned: the answer to its next renewal.
+func TestObserverEvents(t *testing.T) {
+	c := client(t, shared.Addr())
+	rec := newRecorder()
+	cfg := short
+	cfg.Observer = rec
+	key := keyName(t)
+	l := mustLock(t, cfg, c, key)
+	rec.waitFor(t, health.Renewed, 2)
+	h := l.Health()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := rec.events()
+	ks := kindsOf(all)
+	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
+		t.Fatalf("events = %v, want granted first and released last", ks)
+	}
+	span := short.TTL - short.TTL/10 - short.TTL/20 // the deadline: TTL less ClockSkew and Margin
+	var last time.Time
+	for _, e := range all[1 : len(all)-1] {
+		switch e.Kind {
+		case health.Renewed:
+			if !e.Sent.After(last) || e.Margin <= 0 || e.Deadline.Sub(e.Sent) != span || e.RoundTrip <= 0 {
+				t.Errorf("renewed: sent %v after %v, margin %v, round trip %v, deadline %v after the send; want later sends, a margin and a round trip > 0, %v",
+					e.Sent, last, e.Margin, e.RoundTrip, e.Deadline.Sub(e.Sent), span)
+			}
+			last = e.Sent
+		case health.AtRisk, health.RenewalFailed: // a slow renewal on a loaded machine
+		default:
+			t.Errorf("event %v between the grant and the release", e.Kind)
+		}
+	}
+	if g := all[0]; g.Subject != key || g.Token != l.Token() || g.Issuer != "s3lease" || g.Wait <= 0 {
+		t.Errorf("granted = %+v, want subject %q, token %d, a wait", g, key, l.Token())
+	}
+	if r := all[len(all)-1]; r.Err != nil || r.Token != l.Token() {
+		t.Errorf("released = %+v, want no error and token %d", r, l.Token())
+	}
+	if h.Deadline.Sub(h.Renewed) != span || h.Margin <= 0 || h.Margin > span {
+		t.Errorf("Health() = %+v, want a deadline %v after the renewal and a margin in (0, %v]", h, span, span)
+	}
+
+	// A loss, learned from a renewal's answer: the object deleted by an
+	// operator.
+	rec2 := newRecorder()
+	cfg2 := s3lease.Config{Bucket: bucket, TTL: 10 * time.Second, Observer: rec2}
+	l2 := mustLock(t, cfg2, c, key)
+	if err := client(t, shared.Addr()).RemoveObject(t.Context(), bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitLost(t, l2, time.Minute)
+	all = rec2.waitFor(t, health.Lost, 1)
+	if ks := kindsOf(all); ks[0] != health.Granted || ks[len(ks)-1] != health.Lost || slices.Contains(ks, health.Released) {
+		t.Fatalf("events = %v, want granted first and lost last", ks)
+	}
+	var le *lost.Error
+	if e := all[len(all)-1]; !errors.As(e.Err, &le) || e.Err != l2.Signal().Err() || e.Via != health.Answer || !errors.Is(e.Err, s3lease.ErrDeleted) {
+		t.Errorf("lost = %v via %v, want the signal's error %v via answer", e.Err, e.Via, l2.Signal().Err())
+	}
+	n := len(all)
+	l2.Unlock(context.Background())
+	if got := len(rec2.events()); got != n {
+		t.Errorf("the Unlock of a lost lease reported %d events more: %v", got-n, kindsOf(rec2.events()[n:]))
+	}
+}
+
+// TestShortTTLDefaults: a Config that sets only the shortest TTL, every
+// other field zero, is refused nothing and keeps its lease: the defaults
+// derive from the TTL (ClockSkew TTL/10, Margin TTL/20, RenewPeriod and
+// RetryPeriod TTL/4), and with no observer the lease reports its Health
+// all the same, a deadline 850 ms after each confirmed write.
+func TestShortTTLDefaults(t *testing.T) {
+	cfg := s3lease.Config{Bucket: bucket, TTL: s3lease.MinTTL}
+	l := mustLock(t, cfg, client(t, shared.Addr()), keyName(t))
+	span := 850 * time.Millisecond
+	first := l.Health()
+	if first.Deadline.Sub(first.Renewed) != span || first.Margin <= 0 || first.Margin > span {
+		t.Errorf("Health() at the grant = %+v, want a deadline %v after the grant and a margin in (0, %v]", first, span, span)
+	}
+	// Two renewals confirmed after the grant's, the lease not lost.
+	seen := []time.Time{first.Renewed}
+	guard := time.After(time.Minute)
+	for len(seen) < 3 {
+		select {
+		case <-l.Signal().Done():
+			t.Fatalf("lost after %d confirmed writes: %v", len(seen), l.Signal().Err())
+		case <-guard:
+			t.Fatalf("%d confirmed writes in a minute", len(seen))
+		case <-time.After(10 * time.Millisecond):
+		}
+		h := l.Health()
+		if h.Renewed.After(seen[len(seen)-1]) {
+			seen = append(seen, h.Renewed)
+			if h.Deadline.Sub(h.Renewed) != span || h.Margin <= 0 {
+				t.Errorf("Health() = %+v, want a deadline %v after the renewal, a margin > 0", h, span)
+			}
+		}
+	}
+}
 
 // TestUnlockCancelledContext: an Unlock whose context has ended still
 // sends its release, and says it did: nil, and a waiting Lock of another

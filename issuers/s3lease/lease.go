@@ -11,6 +11,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/signal"
 )
 
@@ -48,6 +49,10 @@ type Lease struct {
 
 	once sync.Once
 	err  error // the release's outcome
+
+	watch    health.Watch // warns an observer as the deadline nears unrenewed
+	obsMu    sync.Mutex   // orders the renewals' events before the loss's or the release's
+	reported bool         // the Lost or Released event was sent: nothing follows it; guarded by obsMu
 }
 
 // Signal returns the holder's view of the lease. Successive calls return
@@ -87,6 +92,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("s3lease: Unlock called with a nil context")
 	}
 	l.once.Do(func() {
+		defer l.released()
 		ctx, cancel := releaseContext(ctx)
 		defer cancel()
 		l.ctrl.End()
@@ -116,14 +122,24 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return l.err
 }
 
-// lose loses the lease with cause, unless it was released, and stops its
-// renewals.
-func (l *Lease) lose(cause error) {
-	l.ctrl.Lose(cause)
+// loseVia loses the lease with cause, learned via, unless it was
+// released, and stops its renewals; then it reports the loss to the
+// observer.
+func (l *Lease) loseVia(via health.Via, cause error) {
+	won := l.ctrl.Lose(cause)
 	l.ended.Store(true)
 	l.deadline.stop()
 	l.sess.forget(l)
+	if won {
+		l.lost(via)
+	}
 }
+
+// loseAnswer loses the lease with a cause that a renewal's answer showed.
+func (l *Lease) loseAnswer(cause error) { l.loseVia(health.Answer, cause) }
+
+// loseAtDeadline loses the lease at its deadline: the deadline's timer.
+func (l *Lease) loseAtDeadline(cause error) { l.loseVia(health.Deadline, cause) }
 
 // done reports whether the lease was lost or released.
 func (l *Lease) done() bool { return l.ended.Load() }
