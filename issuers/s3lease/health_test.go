@@ -3,6 +3,7 @@ package s3lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -11,7 +12,9 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/s3lease"
+	"github.com/zukhruf/lease/issuers/s3lease/internal/s3test"
 	"github.com/zukhruf/lease/lost"
 )
 
@@ -215,4 +218,134 @@ func TestUnlockCancelledContext(t *testing.T) {
 			t.Logf("Unlock(%s context) → waiting Lock of another client granted in %v", tc.name, g.at.Sub(start))
 		})
 	}
+}
+
+// atRiskTrials and atRiskAtOnce: TestAtRiskBeforeLoss runs 30 trials, ten
+// at a time, each with a proxy, a client (so a session) and a key of its
+// own, on the shared server.
+const (
+	atRiskTrials = 30
+	atRiskAtOnce = 10
+)
+
+// TestAtRiskBeforeLoss: a link slowed until a round trip takes 80% of the
+// deadline span loses the lease by its deadline, and AtRisk is reported
+// before the loss, with nothing after the Lost event, in each of 30
+// trials. The warning comes when a third of the span is left with no
+// renewal confirmed (the lease's health.Watch), or with a renewal
+// confirmed with less than a third left, whichever is first; the loss
+// comes at the deadline, so a third of the span, 567 ms of the 2 s TTL,
+// separates them.
+func TestAtRiskBeforeLoss(t *testing.T) {
+	type result struct {
+		events []health.Event
+		err    error
+	}
+	results := make([]result, atRiskTrials)
+	sem := make(chan struct{}, atRiskAtOnce)
+	var wg sync.WaitGroup
+	for i := range atRiskTrials {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			events, err := slowedRun(ctx, fmt.Sprintf("%s-%d", keyName(t), i), 0.8)
+			results[i] = result{events, err}
+		})
+	}
+	wg.Wait()
+	warned, lead := 0, []time.Duration{}
+	for i, r := range results {
+		if r.err != nil {
+			t.Errorf("trial %d: %v; events %v", i, r.err, kindsOf(r.events))
+			continue
+		}
+		var risk *health.Event
+		lostAt := -1
+		for j, e := range r.events {
+			if e.Kind == health.AtRisk && risk == nil && lostAt < 0 {
+				risk = &r.events[j]
+			}
+			if e.Kind == health.Lost && lostAt < 0 {
+				lostAt = j
+			}
+		}
+		switch {
+		case lostAt < 0:
+			t.Errorf("trial %d: no Lost event: %v", i, kindsOf(r.events))
+		case lostAt != len(r.events)-1:
+			t.Errorf("trial %d: events after the loss: %v", i, kindsOf(r.events[lostAt+1:]))
+		case risk == nil:
+			t.Errorf("trial %d: lost via %v with no AtRisk before it: %v", i, r.events[lostAt].Via, kindsOf(r.events))
+		default:
+			warned++
+			lead = append(lead, risk.Margin) // the time left before the deadline, warned
+		}
+		if lostAt >= 0 && (r.events[lostAt].Via != health.Deadline || !errors.Is(r.events[lostAt].Err, s3lease.ErrRenewalUnconfirmed)) {
+			t.Errorf("trial %d: lost via %v with %v, want via the deadline with ErrRenewalUnconfirmed", i, r.events[lostAt].Via, r.events[lostAt].Err)
+		}
+	}
+	if r := results[0]; r.err == nil {
+		t.Logf("trial 0: %v", kindsOf(r.events))
+	}
+	slices.Sort(lead)
+	if len(lead) > 0 {
+		t.Logf("AtRisk before the loss in %d of %d trials, %v before the deadline (median; least %v)", warned, atRiskTrials, lead[len(lead)/2], lead[0])
+	}
+}
+
+// slowedRun holds a lease of the short Config on key through a proxy of its
+// own, lets it renew twice, then delays every byte of the link by half of
+// share of the deadline span each way (a round trip of share of the span),
+// and waits for the loss. It releases the lease, and returns every event
+// the lease's observer was told, in order.
+func slowedRun(ctx context.Context, key string, share float64) ([]health.Event, error) {
+	p, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	rec := newRecorder()
+	cfg := short
+	cfg.Observer = rec
+	l, err := cfg.Lock(ctx, s3test.Client(p.Addr()), key)
+	if err != nil {
+		return nil, err
+	}
+	for renewed := 0; renewed < 2; {
+		renewed = 0
+		for _, e := range rec.events() {
+			if e.Kind == health.Renewed {
+				renewed++
+			}
+		}
+		select {
+		case <-rec.new:
+		case <-l.Signal().Done():
+			l.Unlock(context.Background())
+			return rec.events(), fmt.Errorf("lost before the link was slowed: %w", l.Signal().Err())
+		case <-ctx.Done():
+			l.Unlock(context.Background())
+			return rec.events(), ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	span := short.TTL - short.TTL/10 - short.TTL/20
+	p.Delay(time.Duration(share * float64(span) / 2))
+	select {
+	case <-l.Signal().Done():
+	case <-ctx.Done():
+		l.Unlock(context.Background())
+		return rec.events(), fmt.Errorf("the lease was not lost: %w", ctx.Err())
+	}
+	p.Heal()
+	l.Unlock(context.Background()) // the object is released if it is still the lease's; no event follows
+	// The loss is reported right after the signal is lost.
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(5 * time.Millisecond) {
+		if es := rec.events(); len(es) > 0 && es[len(es)-1].Kind == health.Lost {
+			return es, nil
+		}
+	}
+	return rec.events(), errors.New("no Lost event after the loss")
 }
