@@ -28,8 +28,10 @@ s3-versitygw:
 ## race detector: leasetest's conformance suite, the store probe (a fake
 ## store that ignores If-None-Match, one that checks and writes in two
 ## steps), the operator's delete and overwrite, the clock ahead by the
-## skew and beyond it, and 3 trials of each fault with the hand-written
-## lockfile beside the holder.
+## skew and beyond it, 3 trials of each fault with the hand-written
+## lockfile beside the holder, the observer's events, Unlock on an ended
+## context, and 30 trials of a link slowed to a round trip of 80% of the
+## deadline span, each warned (AtRisk) before its loss.
 e2e-s3: s3-versitygw
 	cd $(S3_EXAMPLE) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 

@@ -77,6 +77,7 @@ func (c Config) lock(ctx context.Context, call string, client *minio.Client, sub
 	if err != nil {
 		return fail(err)
 	}
+	begun := time.Now()
 	s := sessionOf(client)
 	if err := s.probe(ctx, client, bucket); err != nil {
 		return fail(err)
@@ -107,7 +108,8 @@ func (c Config) lock(ctx context.Context, call string, client *minio.Client, sub
 				etag: g.etag, seq: 1, index: -1, next: g.sent.Add(c.RenewPeriod),
 				writing: make(chan struct{}, 1),
 			}
-			l.deadline.start(c.life(), g.sent, l.lose)
+			l.granted(begun, g.sent) // before the deadline's timer can lose it
+			l.deadline.start(c.life(), g.sent, l.loseAtDeadline)
 			s.hold(l)
 			return l, nil
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // DefaultTTL is the TTL of the zero [Config]: how long after each write of
@@ -83,6 +85,12 @@ type Config struct {
 	// holder's written expiry passes or a lease of the same client is
 	// released. Zero means TTL/4.
 	RetryPeriod time.Duration
+
+	// Observer, if not nil, is told of each lease's grant, renewals,
+	// failed renewals, risk, loss and release ([health.Observer]), after
+	// the fact, on the goroutines of Lock, Unlock, the session's renewers
+	// and the lease's deadline. Nil reports nothing and costs nothing.
+	Observer health.Observer
 
 	// Holder names this process in the lock objects it writes, for
 	// operators who read them. Empty means the host name and process id.

@@ -26,8 +26,9 @@ type deadline struct {
 	lose func(error)
 
 	mu      sync.Mutex
-	sent    time.Time // the send time of the last confirmed write
-	at      time.Time // when the lease is lost unless a later write is confirmed
+	sent    time.Time     // the send time of the last confirmed write
+	at      time.Time     // when the lease is lost unless a later write is confirmed
+	margin  time.Duration // at less the time the write at sent was confirmed
 	timer   *time.Timer
 	stopped bool
 }
@@ -38,20 +39,24 @@ func (d *deadline) start(life time.Duration, sent time.Time, lose func(error)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.sent, d.at = sent, sent.Add(life)
-	d.timer = time.AfterFunc(time.Until(d.at), d.expire)
+	d.margin = time.Until(d.at)
+	d.timer = time.AfterFunc(d.margin, d.expire)
 }
 
 // confirm records that the write sent at sent was confirmed, and moves the
-// deadline if that gives a later one.
-func (d *deadline) confirm(sent time.Time) {
+// deadline if that gives a later one. It returns the new deadline, the time
+// of the confirmation and whether it moved the deadline.
+func (d *deadline) confirm(sent time.Time) (at, confirmed time.Time, moved bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	at := sent.Add(d.life)
+	at = sent.Add(d.life)
 	if d.stopped || !at.After(d.at) {
-		return
+		return at, confirmed, false
 	}
-	d.sent, d.at = sent, at
-	d.timer.Reset(time.Until(at))
+	confirmed = time.Now()
+	d.sent, d.at, d.margin = sent, at, at.Sub(confirmed)
+	d.timer.Reset(d.margin)
+	return at, confirmed, true
 }
 
 // current returns the deadline as it stands.

@@ -26,6 +26,11 @@
 // A slow or failed renewal is never taken for a loss on its own: only the
 // deadline says that the store was silent too long.
 //
+// [Lease.Health] reads how close a lease is to its deadline, and
+// [Config.Observer] is told of each lease's grant, renewals, failed
+// renewals, risk, loss and release (package
+// [github.com/zukhruf/lease/health]), after the fact.
+//
 // Lock refuses a store that does not honour conditional writes: the first
 // Lock of a client on a bucket probes it ([ErrUnsafeStore]).
 //

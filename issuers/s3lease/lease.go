@@ -11,6 +11,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/signal"
 )
 
@@ -48,6 +49,10 @@ type Lease struct {
 
 	once sync.Once
 	err  error // the release's outcome
+
+	watch    health.Watch // warns an observer as the deadline nears unrenewed
+	obsMu    sync.Mutex   // orders the renewals' events before the loss's or the release's
+	reported bool         // the Lost or Released event was sent: nothing follows it; guarded by obsMu
 }
 
 // Signal returns the holder's view of the lease. Successive calls return
@@ -75,8 +80,9 @@ func (l *Lease) Deadline() time.Time { return l.deadline.current() }
 // that the next holder's token is larger), which a waiting Lock of any
 // client takes at its next read, and one of this client at once. An object
 // that another holder or an operator wrote is left alone. ctx bounds the
-// release; a lease lost before Unlock stays lost, and its object is
-// released all the same if it is still this lease's.
+// release; a ctx that has ended already still sends it, detached, for at
+// most [ReleaseTimeout]. A lease lost before Unlock stays lost, and its
+// object is released all the same if it is still this lease's.
 //
 // Unlock returns the store's error for the release, if any: the object is
 // then taken over when its expiry passes. Successive calls return the first
@@ -86,6 +92,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("s3lease: Unlock called with a nil context")
 	}
 	l.once.Do(func() {
+		defer l.released()
+		ctx, cancel := releaseContext(ctx)
+		defer cancel()
 		l.ctrl.End()
 		l.ended.Store(true)
 		l.deadline.stop()
@@ -113,14 +122,24 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return l.err
 }
 
-// lose loses the lease with cause, unless it was released, and stops its
-// renewals.
-func (l *Lease) lose(cause error) {
-	l.ctrl.Lose(cause)
+// loseVia loses the lease with cause, learned via, unless it was
+// released, and stops its renewals; then it reports the loss to the
+// observer.
+func (l *Lease) loseVia(via health.Via, cause error) {
+	won := l.ctrl.Lose(cause)
 	l.ended.Store(true)
 	l.deadline.stop()
 	l.sess.forget(l)
+	if won {
+		l.lost(via)
+	}
 }
+
+// loseAnswer loses the lease with a cause that a renewal's answer showed.
+func (l *Lease) loseAnswer(cause error) { l.loseVia(health.Answer, cause) }
+
+// loseAtDeadline loses the lease at its deadline: the deadline's timer.
+func (l *Lease) loseAtDeadline(cause error) { l.loseVia(health.Deadline, cause) }
 
 // done reports whether the lease was lost or released.
 func (l *Lease) done() bool { return l.ended.Load() }

@@ -36,12 +36,18 @@ func (l *Lease) renew() time.Time {
 	switch {
 	case err == nil:
 		l.etag = info.ETag
-		l.deadline.confirm(sent)
+		if at, confirmed, moved := l.deadline.confirm(sent); moved && l.cfg.Observer != nil {
+			l.renewed(sent, at, confirmed)
+		}
 		return sent.Add(l.cfg.RenewPeriod)
 	case code(err) == codePrecondition:
-		l.lose(fmt.Errorf("%w: the renewal sent at %s found another ETag than %s: %v", ErrTakenOver, clock(sent), l.etag, err))
+		l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s found another ETag than %s: %v", ErrTakenOver, clock(sent), l.etag, err))
 	case code(err) == codeNoSuchKey:
-		l.lose(fmt.Errorf("%w: the renewal sent at %s: %v", ErrDeleted, clock(sent), err))
+		l.loseAnswer(fmt.Errorf("%w: the renewal sent at %s: %v", ErrDeleted, clock(sent), err))
+	default:
+		if l.cfg.Observer != nil {
+			l.renewalFailed(sent, err)
+		}
 	}
 	return time.Now().Add(l.cfg.RenewPeriod / 4)
 }
