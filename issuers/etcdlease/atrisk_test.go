@@ -191,3 +191,47 @@ func causeName(err error) string {
 	}
 	return fmt.Sprint(err)
 }
+
+// waitRenewed waits until etcd confirmed a renewal of l's session sent
+// after the one confirmed when it was called.
+func waitRenewed(t *testing.T, l *etcdlease.Lease) {
+	t.Helper()
+	before := etcdlease.RenewedAt(l)
+	guard := time.Now().Add(hang)
+	for !etcdlease.RenewedAt(l).After(before) {
+		if time.Now().After(guard) {
+			t.Fatalf("no renewal confirmed within %v", hang)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAtRiskTimerOnlyWhenObserved: the renewer of a session on which no
+// lease has an observer makes no risk timer; once one has, each confirmed
+// renewal arms it for the new deadline; once that lease is released, the
+// renewals arm it no more.
+func TestAtRiskTimerOnlyWhenObserved(t *testing.T) {
+	t.Parallel()
+	s := newSession(t, startEtcd(t))
+	bare := mustLock(t, s, lockName)
+	waitRenewed(t, bare)
+	waitRenewed(t, bare)
+	if _, made := etcdlease.RiskArmed(bare); made {
+		t.Errorf("with no observer, the renewer made a risk timer")
+	}
+	rec := newRecorder()
+	observed := mustLock(t, s, "/locks/observed", etcdlease.WithObserver(rec))
+	waitRenewed(t, bare)
+	if armed, _ := etcdlease.RiskArmed(bare); !armed {
+		t.Errorf("with an observed lease, the risk timer is not armed for the deadline in force")
+	}
+	checkRelease(t, "Unlock", observed.Unlock)
+	waitRenewed(t, bare)
+	if armed, _ := etcdlease.RiskArmed(bare); armed {
+		t.Errorf("after the observed lease's release, a renewal armed the risk timer")
+	}
+	if got := rec.events(); got[len(got)-1].Kind != health.Released {
+		t.Errorf("events = %v, want the release last", kindsOf(got))
+	}
+	checkRelease(t, "Unlock", bare.Unlock)
+}

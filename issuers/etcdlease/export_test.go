@@ -56,3 +56,11 @@ func RenewedAt(l *Lease) time.Time {
 	defer l.renew.mu.Unlock()
 	return l.renew.sent
 }
+
+// RiskArmed reports whether the renewer of l's session armed its risk
+// timer for the deadline in force, and whether it ever made one.
+func RiskArmed(l *Lease) (armed, made bool) {
+	l.renew.mu.Lock()
+	defer l.renew.mu.Unlock()
+	return l.renew.riskFor.Equal(l.renew.deadline), l.renew.risk != nil
+}
