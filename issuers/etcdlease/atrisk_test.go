@@ -117,7 +117,7 @@ func (r *recorder) wait(ctx context.Context, kind health.Kind, n int) error {
 // renewal stream stays open, and only the renewer's risk timer, a third of
 // the span before the deadline, can warn.
 func TestAtRiskBeforeLoss(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its sessions of 2 s run alone, after TestFaults.
 	srv := startEtcd(t)
 	for _, c := range []struct {
 		name  string

@@ -340,6 +340,9 @@ func (r *renewer) armRisk(now time.Time) {
 	r.riskFor = r.deadline
 	at := riskAt(r.sent, r.deadline)
 	if !now.Before(at) {
+		if r.risk != nil {
+			r.risk.Stop() // armed for an earlier deadline, which this one replaced
+		}
 		return
 	}
 	if r.risk == nil {
