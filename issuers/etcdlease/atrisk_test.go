@@ -235,3 +235,38 @@ func TestAtRiskTimerOnlyWhenObserved(t *testing.T) {
 	}
 	checkRelease(t, "Unlock", bare.Unlock)
 }
+
+// TestAtRiskTimerStoppedWithSession: the risk timer of a session whose
+// etcd lease an operator revoked is stopped once its renewals stop, and the
+// observer hears nothing after the loss.
+func TestAtRiskTimerStoppedWithSession(t *testing.T) {
+	t.Parallel()
+	srv, op := startEtcdWithOp(t)
+	s := newSession(t, srv)
+	rec := newRecorder()
+	l := mustLock(t, s, lockName, etcdlease.WithObserver(rec))
+	waitRenewed(t, l)
+	if armed, _ := etcdlease.RiskArmed(l); !armed {
+		t.Fatalf("the risk timer is not armed for the deadline in force")
+	}
+	revoke(t, op, s)
+	waitLost(t, l.Signal(), hang)
+	guard := time.Now().Add(hang)
+	for {
+		ended, pending := etcdlease.RiskEnded(l)
+		if ended {
+			if pending {
+				t.Errorf("the renewals stopped, and the risk timer was still pending")
+			}
+			break
+		}
+		if time.Now().After(guard) {
+			t.Fatalf("the renewals did not stop within %v of the loss", hang)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	all := rec.waitFor(t, health.Lost, 1)
+	if last := all[len(all)-1]; last.Kind != health.Lost {
+		t.Errorf("events = %v, want the loss last", kindsOf(all))
+	}
+}

@@ -64,3 +64,14 @@ func RiskArmed(l *Lease) (armed, made bool) {
 	defer l.renew.mu.Unlock()
 	return l.renew.riskFor.Equal(l.renew.deadline), l.renew.risk != nil
 }
+
+// RiskEnded reports whether the renewer of l's session stopped renewing,
+// and whether its risk timer was still pending then, which it stops.
+func RiskEnded(l *Lease) (ended, pending bool) {
+	l.renew.mu.Lock()
+	defer l.renew.mu.Unlock()
+	if !l.renew.ended {
+		return false, false
+	}
+	return true, l.renew.risk != nil && l.renew.risk.Stop()
+}
