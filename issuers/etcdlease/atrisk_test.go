@@ -270,3 +270,36 @@ func TestAtRiskTimerStoppedWithSession(t *testing.T) {
 		t.Errorf("events = %v, want the loss last", kindsOf(all))
 	}
 }
+
+// TestAtRiskGrantedLate: a lease granted on a session whose keep-alives
+// went unanswered past the risk point of the deadline in force, after the
+// risk timer fired, is told AtRisk right after its grant, then its loss.
+func TestAtRiskGrantedLate(t *testing.T) {
+	t.Parallel()
+	srv := startEtcd(t)
+	px := startProxy(t, srv.Endpoint())
+	s := newSessionOn(t, proxyClient(t, px))
+	first := mustLock(t, s, lockName, etcdlease.WithObserver(newRecorder()))
+	waitRenewed(t, first)
+	px.Drop(faultnet.Both)
+	h := first.Health()
+	for time.Now().Before(h.Deadline.Add(-h.Deadline.Sub(h.Renewed) / health.RiskDivisor)) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	rec := newRecorder()
+	l, err := etcdlease.StartObserved(t.Context(), s, "/locks/late", rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLost(t, l.Signal(), hang)
+	all := rec.waitFor(t, health.Lost, 1)
+	if !slices.Equal(kindsOf(all), []health.Kind{health.Granted, health.AtRisk, health.Lost}) {
+		t.Errorf("events = %v, want granted, at risk, lost", kindsOf(all))
+	} else if !errors.Is(all[1].Err, health.ErrUnconfirmed) || all[1].Margin >= h.Deadline.Sub(h.Renewed)/health.RiskDivisor {
+		t.Errorf("at risk: %v with %v left, want health.ErrUnconfirmed with under a third of the span left", all[1].Err, all[1].Margin)
+	}
+	px.Heal()
+	px.Cut()
+	l.Unlock(t.Context())
+	first.Unlock(t.Context())
+}
