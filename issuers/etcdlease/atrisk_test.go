@@ -279,13 +279,12 @@ func TestAtRiskGrantedLate(t *testing.T) {
 	srv := startEtcd(t)
 	px := startProxy(t, srv.Endpoint())
 	s := newSessionOn(t, proxyClient(t, px))
-	first := mustLock(t, s, lockName, etcdlease.WithObserver(newRecorder()))
+	firstRec := newRecorder()
+	first := mustLock(t, s, lockName, etcdlease.WithObserver(firstRec))
 	waitRenewed(t, first)
 	px.Drop(faultnet.Both)
+	firstRec.waitFor(t, health.AtRisk, 1) // the risk timer fired
 	h := first.Health()
-	for time.Now().Before(h.Deadline.Add(-h.Deadline.Sub(h.Renewed) / health.RiskDivisor)) {
-		time.Sleep(10 * time.Millisecond)
-	}
 	rec := newRecorder()
 	l, err := etcdlease.StartObserved(t.Context(), s, "/locks/late", rec)
 	if err != nil {
