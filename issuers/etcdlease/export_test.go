@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // StartAt makes the lease of the claim that session s holds with key,
@@ -55,4 +57,35 @@ func RenewedAt(l *Lease) time.Time {
 	l.renew.mu.Lock()
 	defer l.renew.mu.Unlock()
 	return l.renew.sent
+}
+
+// RiskArmed reports whether the renewer of l's session armed its risk
+// timer for the deadline in force, and whether it ever made one.
+func RiskArmed(l *Lease) (armed, made bool) {
+	l.renew.mu.Lock()
+	defer l.renew.mu.Unlock()
+	return l.renew.riskFor.Equal(l.renew.deadline), l.renew.risk != nil
+}
+
+// RiskEnded reports whether the renewer of l's session stopped renewing,
+// and whether its risk timer was still pending then, which it stops.
+func RiskEnded(l *Lease) (ended, pending bool) {
+	l.renew.mu.Lock()
+	defer l.renew.mu.Unlock()
+	if !l.renew.ended {
+		return false, false
+	}
+	return true, l.renew.risk != nil && l.renew.risk.Stop()
+}
+
+// StartObserved makes, as StartAt does, a lease on the shared of session s
+// that o observes, with a release that does nothing.
+func StartObserved(ctx context.Context, s *concurrency.Session, subject string, o health.Observer) (*Lease, error) {
+	begun := time.Now()
+	sh, err := acquire(ctx, s, nil)
+	if err != nil {
+		return nil, err
+	}
+	nop := func(context.Context) error { return nil }
+	return start(sh, subject, subject+"/observed", 1, 1, nop, nil, observed{o: o, begun: begun}), nil
 }

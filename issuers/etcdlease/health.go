@@ -11,8 +11,11 @@ import (
 // The lease's side of package health. One renewer keeps the deadline of
 // every lease of a session, so a lease's Health is its renewer's, and each
 // renewal the renewer confirms (or each stream that fails) is told to every
-// lease on it that has an observer. A renewer on which no lease has one
-// calls nothing; r.observers counts those that do.
+// lease on it that has an observer. So is its risk timer, armed at each
+// confirmation for the moment a third of the span is left before the
+// deadline: the AtRisk that comes before a loss by the deadline when the
+// renewals go unanswered. A renewer on which no lease has one calls
+// nothing and arms nothing; r.observers counts those that do.
 
 const issuer = "etcdlease"
 
@@ -66,8 +69,27 @@ func (l *Lease) notifyGranted(begun time.Time) {
 	if r.renewed == nil {
 		r.renewed = sh.renewed
 		r.failedRenewal = sh.renewalFailed
+		r.atRisk = sh.atRisk
 	}
+	now := time.Now()
+	r.armRisk(now)
+	// Granted within the last third of the deadline in force: the risk
+	// timer fired, or never will, before the lease was on the shared.
+	late := r.loss == nil && !r.deadline.IsZero() && !now.Before(riskAt(r.sent, r.deadline))
+	deadline := r.deadline
 	r.mu.Unlock()
+	if late {
+		l.warn(deadline, now)
+	}
+}
+
+// warn reports AtRisk ([health.ErrUnconfirmed]) to l's observer: at now,
+// the deadline in force is within a third of its span and no later renewal
+// was confirmed.
+func (l *Lease) warn(deadline, now time.Time) {
+	e := l.event()
+	e.Kind, e.Deadline, e.Margin, e.Err = health.AtRisk, deadline, deadline.Sub(now), health.ErrUnconfirmed
+	l.notify(func() { l.obs.Observe(e) })
 }
 
 // unobserve takes the lease off its renewer's count, once, at its loss or
@@ -114,6 +136,15 @@ func (sh *shared) renewalFailed(err error, deadline time.Time) {
 		e := l.event()
 		e.Deadline, e.Err = deadline, err
 		l.notify(func() { health.NotifyFailed(l.obs, e, now) })
+	}
+}
+
+// atRisk tells each observed lease on sh that the session's deadline is
+// near and no renewal since was confirmed: the renewer's risk timer fired.
+func (sh *shared) atRisk(deadline time.Time) {
+	now := time.Now()
+	for _, l := range sh.observedLeases() {
+		l.warn(deadline, now)
 	}
 }
 

@@ -271,7 +271,8 @@ func TestMistakeMargin(t *testing.T) {
 // TTL under etcd's minimum is raised to it (2 s with the embedded server's
 // election timeout of 1 s), a TTL of 0 or less is ignored by concurrency
 // (its default, 60 s), a TTL over etcd's maximum fails the session. The
-// lease keeps its deadline on the TTL etcd granted.
+// lease keeps its deadline on the TTL etcd granted, with no option: the
+// least TTL, 2 s, with the default margin of a tenth, is kept past a TTL.
 func TestMistakeSessionTTL(t *testing.T) {
 	t.Parallel()
 	srv := startEtcd(t)
@@ -288,12 +289,20 @@ func TestMistakeSessionTTL(t *testing.T) {
 		if resp.GrantedTTL != tc.granted {
 			t.Errorf("WithTTL(%d): etcd granted %d s, want %d", tc.asked, resp.GrantedTTL, tc.granted)
 		}
-		l := mustLock(t, s, lockName)
-		// Half the TTL granted for WithTTL(1), past the TTL asked; the same
-		// second for the others, whose asked TTL (0, -5) gives no wait.
-		time.Sleep(time.Second)
+		l := mustLock(t, s, lockName) // no option: the default margin, TTL/10
+		// For WithTTL(1), past the TTL granted, so that only the renewals,
+		// every TTL/6, keep the lease with the default margin of 200 ms;
+		// a second for the others, whose asked TTL (0, -5) gives no wait.
+		hold := time.Second
+		if tc.granted == 2 {
+			hold = time.Duration(tc.granted)*time.Second + 500*time.Millisecond
+		}
+		time.Sleep(hold)
 		if err := l.Signal().Err(); err != nil {
 			t.Errorf("WithTTL(%d): Err() = %v, want the lease kept on the granted TTL", tc.asked, err)
+		}
+		if h := l.Health(); h.Deadline.Sub(h.Renewed) != time.Duration(tc.granted)*time.Second*9/10 {
+			t.Errorf("WithTTL(%d): the deadline's span is %v, want the granted TTL less a tenth", tc.asked, h.Deadline.Sub(h.Renewed))
 		}
 		if err := l.Unlock(t.Context()); err != nil {
 			t.Fatal(err)

@@ -113,7 +113,11 @@ type renewer struct {
 	left          time.Duration                             // deadline - the time the renewal at sent was confirmed
 	renewed       func(sent, deadline, confirmed time.Time) // nil, or told of each confirmation
 	failedRenewal func(err error, deadline time.Time)       // nil, or told of each renewal stream that failed
+	atRisk        func(deadline time.Time)                  // nil, or told when the risk timer fires
 	observers     int                                       // leases on the renewer with an observer
+	risk          *time.Timer                               // nil until armed: fires at riskAt(sent, riskFor)
+	riskFor       time.Time                                 // the deadline the risk timer was armed for, or warned of
+	ended         bool                                      // run returned: nothing is armed any more
 }
 
 // startRenewing starts renewing the etcd lease of s and returns once etcd
@@ -305,10 +309,60 @@ func (r *renewer) confirm(sent time.Time, ttl time.Duration) {
 	} else {
 		r.timer.Reset(r.left)
 	}
+	r.armRisk(now)
 	renewed, deadline := r.renewed, r.deadline
 	r.mu.Unlock()
 	if renewed != nil {
 		renewed(sent, deadline, now)
+	}
+}
+
+// riskAt returns the moment a deadline set by a renewal sent at sent comes
+// within 1/[health.RiskDivisor] of its span, as [health.Watch] counts it.
+func riskAt(sent, deadline time.Time) time.Time {
+	return deadline.Add(-deadline.Sub(sent) / health.RiskDivisor)
+}
+
+// armRisk arms the risk timer for the deadline in force, once per
+// deadline, while a lease on the renewer has an observer; r.mu is held. A
+// deadline whose risk point has passed by now is not armed for: a renewal
+// confirmed that late was reported at risk with it (health.NotifyRenewed),
+// and a lease granted that late is told by notifyGranted.
+//
+// The timer is the renewer's, not a [health.Watch] per lease: the deadline
+// is the session's, kept here under r.mu and stopped with the deadline's
+// own timer, and one timer tells every observed lease on the session, the
+// way the renewals are told.
+func (r *renewer) armRisk(now time.Time) {
+	if r.observers == 0 || r.loss != nil || r.ended || r.deadline.IsZero() || r.riskFor.Equal(r.deadline) {
+		return
+	}
+	r.riskFor = r.deadline
+	at := riskAt(r.sent, r.deadline)
+	if !now.Before(at) {
+		if r.risk != nil {
+			r.risk.Stop() // armed for an earlier deadline, which this one replaced
+		}
+		return
+	}
+	if r.risk == nil {
+		r.risk = time.AfterFunc(at.Sub(now), r.warn)
+	} else {
+		r.risk.Reset(at.Sub(now))
+	}
+}
+
+// warn tells the observed leases that their deadline is near and no
+// renewal since was confirmed: the risk timer's func. It tells nothing if
+// the lease was lost, or a confirmation moved the deadline as the timer
+// fired.
+func (r *renewer) warn() {
+	r.mu.Lock()
+	deadline, tell := r.deadline, r.atRisk
+	fire := r.loss == nil && r.observers > 0 && tell != nil && !time.Now().Before(riskAt(r.sent, r.deadline))
+	r.mu.Unlock()
+	if fire {
+		tell(deadline)
 	}
 }
 
@@ -333,6 +387,9 @@ func (r *renewer) fail(loss error) {
 	close(r.failed)
 	if r.timer != nil {
 		r.timer.Stop()
+	}
+	if r.risk != nil {
+		r.risk.Stop()
 	}
 	lose := r.lose
 	r.mu.Unlock()
@@ -362,6 +419,10 @@ func (r *renewer) run(ctx context.Context) {
 		if r.timer != nil {
 			r.timer.Stop()
 		}
+		if r.risk != nil {
+			r.risk.Stop()
+		}
+		r.ended = true
 		r.mu.Unlock()
 	}()
 	pause := retryFirst

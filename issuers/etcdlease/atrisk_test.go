@@ -1,0 +1,304 @@
+package etcdlease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/etcdlease"
+)
+
+const (
+	// riskTTL is the TTL, in seconds, of the sessions of the at-risk
+	// trials: etcd's least with its default election timeout, a deadline
+	// span of 1.8 s with the default margin.
+	riskTTL = 2
+	// riskTrials is how many trials each slowed link runs.
+	riskTrials = 30
+	// riskAtOnce is how many trials run at once, each on a client, a
+	// session, a proxy and a key of its own.
+	riskAtOnce = 10
+)
+
+// slowed is the outcome of one at-risk trial.
+type slowed struct {
+	events []health.Event
+	span   time.Duration // the deadline's span: TTL less the margin
+	loss   error
+}
+
+// slowedTrial holds a lease of a session whose client reaches etcd through
+// a proxy, lets two renewals of the session be confirmed, then delays every
+// byte of the link by half of share of the deadline span each way (a round
+// trip of share of the span), and waits for the loss and its event.
+func slowedTrial(ctx context.Context, endpoint, key string, share float64) (slowed, error) {
+	var out slowed
+	px, err := faultnet.Listen(endpoint)
+	if err != nil {
+		return out, err
+	}
+	defer px.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{px.Addr()}, DialTimeout: hang, Logger: zap.NewNop()})
+	if err != nil {
+		return out, err
+	}
+	defer cli.Close()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(riskTTL), concurrency.WithContext(ctx))
+	if err != nil {
+		return out, err
+	}
+	defer s.Orphan() // the client's close ends it
+	rec := newRecorder()
+	l, err := etcdlease.Lock(ctx, s, key, etcdlease.WithObserver(rec))
+	if err != nil {
+		return out, err
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.Background(), hang)
+		defer cancel()
+		l.Unlock(uctx) // the key goes with the session if this release fails
+	}()
+	if err := rec.wait(ctx, health.Renewed, 2); err != nil {
+		return out, err
+	}
+	h := l.Health()
+	out.span = h.Deadline.Sub(h.Renewed)
+	px.Delay(time.Duration(share * float64(out.span) / 2))
+	select {
+	case <-l.Signal().Done():
+	case <-ctx.Done():
+		out.events = rec.events()
+		return out, fmt.Errorf("not lost: %w", ctx.Err())
+	}
+	px.Heal()
+	out.loss = l.Signal().Err()
+	// The loss's event is reported right after the signal is lost.
+	err = rec.wait(ctx, health.Lost, 1)
+	out.events = rec.events()
+	return out, err
+}
+
+// wait waits until n events of kind arrived, or ctx ends.
+func (r *recorder) wait(ctx context.Context, kind health.Kind, n int) error {
+	for {
+		count := 0
+		for _, e := range r.events() {
+			if e.Kind == kind {
+				count++
+			}
+		}
+		if count >= n {
+			return nil
+		}
+		select {
+		case <-r.new:
+		case <-ctx.Done():
+			return fmt.Errorf("%d %v events, want %d: %w", count, kind, n, ctx.Err())
+		}
+	}
+}
+
+// TestAtRiskBeforeLoss: a lease whose link to etcd is slowed until a
+// round trip takes 80% of the deadline span, or more than the span, is
+// lost, and its observer was told AtRisk before the Lost event and nothing
+// after it, in each of 30 trials of each. At 80% the session's keep-alives
+// are still confirmed, each with less than a third of the span left
+// (health.Thin), until a loss; above the span none is confirmed, the
+// renewal stream stays open, and only the renewer's risk timer, a third of
+// the span before the deadline, can warn.
+func TestAtRiskBeforeLoss(t *testing.T) {
+	// Not parallel: its sessions of 2 s run alone, after TestFaults.
+	srv := startEtcd(t)
+	for _, c := range []struct {
+		name  string
+		share float64
+	}{
+		{"round trip 80% of the span", 0.8},
+		{"round trip twice the span", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			results := make([]slowed, riskTrials)
+			errs := make([]error, riskTrials)
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, riskAtOnce)
+			for i := range riskTrials {
+				wg.Go(func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+					defer cancel()
+					results[i], errs[i] = slowedTrial(ctx, srv.Endpoint(), fmt.Sprintf("/risk/%v/%d", c.share, i), c.share)
+				})
+			}
+			wg.Wait()
+			warned, timer := 0, 0
+			var lead []time.Duration
+			via := map[string]int{}
+			for i, r := range results {
+				if errs[i] != nil {
+					t.Errorf("trial %d: %v; events %v", i, errs[i], kindsOf(r.events))
+					continue
+				}
+				var risk *health.Event
+				for j, e := range r.events {
+					if e.Kind == health.AtRisk && risk == nil {
+						risk = &r.events[j]
+					}
+					if e.Kind != health.Lost {
+						continue
+					}
+					if j != len(r.events)-1 {
+						t.Errorf("trial %d: events after the loss: %v", i, kindsOf(r.events[j+1:]))
+					}
+					via[fmt.Sprintf("%v %v", e.Via, causeName(r.loss))]++
+					if risk == nil {
+						t.Errorf("trial %d: lost via %v (%v) with no AtRisk before it: %v", i, e.Via, r.loss, kindsOf(r.events))
+						break
+					}
+					warned++
+					if errors.Is(risk.Err, health.ErrUnconfirmed) {
+						timer++
+					}
+					lead = append(lead, risk.Margin)
+					break
+				}
+			}
+			slices.Sort(lead)
+			if len(lead) > 0 {
+				t.Logf("AtRisk before the loss in %d of %d trials (%d by the risk timer), %v before the deadline (median; least %v), span %v; losses %v",
+					warned, riskTrials, timer, lead[len(lead)/2], lead[0], results[0].span, via)
+			}
+		})
+	}
+}
+
+// causeName names the cause of a loss among the package's.
+func causeName(err error) string {
+	for _, c := range causes {
+		if errors.Is(err, c) {
+			return c.Error()
+		}
+	}
+	return fmt.Sprint(err)
+}
+
+// waitRenewed waits until etcd confirmed a renewal of l's session sent
+// after the one confirmed when it was called.
+func waitRenewed(t *testing.T, l *etcdlease.Lease) {
+	t.Helper()
+	before := etcdlease.RenewedAt(l)
+	guard := time.Now().Add(hang)
+	for !etcdlease.RenewedAt(l).After(before) {
+		if time.Now().After(guard) {
+			t.Fatalf("no renewal confirmed within %v", hang)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAtRiskTimerOnlyWhenObserved: the renewer of a session on which no
+// lease has an observer makes no risk timer; once one has, each confirmed
+// renewal arms it for the new deadline; once that lease is released, the
+// renewals arm it no more.
+func TestAtRiskTimerOnlyWhenObserved(t *testing.T) {
+	t.Parallel()
+	s := newSession(t, startEtcd(t))
+	bare := mustLock(t, s, lockName)
+	waitRenewed(t, bare)
+	waitRenewed(t, bare)
+	if _, made := etcdlease.RiskArmed(bare); made {
+		t.Errorf("with no observer, the renewer made a risk timer")
+	}
+	rec := newRecorder()
+	observed := mustLock(t, s, "/locks/observed", etcdlease.WithObserver(rec))
+	waitRenewed(t, bare)
+	if armed, _ := etcdlease.RiskArmed(bare); !armed {
+		t.Errorf("with an observed lease, the risk timer is not armed for the deadline in force")
+	}
+	checkRelease(t, "Unlock", observed.Unlock)
+	waitRenewed(t, bare)
+	if armed, _ := etcdlease.RiskArmed(bare); armed {
+		t.Errorf("after the observed lease's release, a renewal armed the risk timer")
+	}
+	if got := rec.events(); got[len(got)-1].Kind != health.Released {
+		t.Errorf("events = %v, want the release last", kindsOf(got))
+	}
+	checkRelease(t, "Unlock", bare.Unlock)
+}
+
+// TestAtRiskTimerStoppedWithSession: the risk timer of a session whose
+// etcd lease an operator revoked is stopped once its renewals stop, and the
+// observer hears nothing after the loss.
+func TestAtRiskTimerStoppedWithSession(t *testing.T) {
+	t.Parallel()
+	srv, op := startEtcdWithOp(t)
+	s := newSession(t, srv)
+	rec := newRecorder()
+	l := mustLock(t, s, lockName, etcdlease.WithObserver(rec))
+	waitRenewed(t, l)
+	if armed, _ := etcdlease.RiskArmed(l); !armed {
+		t.Fatalf("the risk timer is not armed for the deadline in force")
+	}
+	revoke(t, op, s)
+	waitLost(t, l.Signal(), hang)
+	guard := time.Now().Add(hang)
+	for {
+		ended, pending := etcdlease.RiskEnded(l)
+		if ended {
+			if pending {
+				t.Errorf("the renewals stopped, and the risk timer was still pending")
+			}
+			break
+		}
+		if time.Now().After(guard) {
+			t.Fatalf("the renewals did not stop within %v of the loss", hang)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	all := rec.waitFor(t, health.Lost, 1)
+	if last := all[len(all)-1]; last.Kind != health.Lost {
+		t.Errorf("events = %v, want the loss last", kindsOf(all))
+	}
+}
+
+// TestAtRiskGrantedLate: a lease granted on a session whose keep-alives
+// went unanswered past the risk point of the deadline in force, after the
+// risk timer fired, is told AtRisk right after its grant, then its loss.
+func TestAtRiskGrantedLate(t *testing.T) {
+	t.Parallel()
+	srv := startEtcd(t)
+	px := startProxy(t, srv.Endpoint())
+	s := newSessionOn(t, proxyClient(t, px))
+	firstRec := newRecorder()
+	first := mustLock(t, s, lockName, etcdlease.WithObserver(firstRec))
+	waitRenewed(t, first)
+	px.Drop(faultnet.Both)
+	firstRec.waitFor(t, health.AtRisk, 1) // the risk timer fired
+	h := first.Health()
+	rec := newRecorder()
+	l, err := etcdlease.StartObserved(t.Context(), s, "/locks/late", rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLost(t, l.Signal(), hang)
+	all := rec.waitFor(t, health.Lost, 1)
+	if !slices.Equal(kindsOf(all), []health.Kind{health.Granted, health.AtRisk, health.Lost}) {
+		t.Errorf("events = %v, want granted, at risk, lost", kindsOf(all))
+	} else if !errors.Is(all[1].Err, health.ErrUnconfirmed) || all[1].Margin >= h.Deadline.Sub(h.Renewed)/health.RiskDivisor {
+		t.Errorf("at risk: %v with %v left, want health.ErrUnconfirmed with under a third of the span left", all[1].Err, all[1].Margin)
+	}
+	px.Heal()
+	px.Cut()
+	l.Unlock(t.Context())
+	first.Unlock(t.Context())
+}
