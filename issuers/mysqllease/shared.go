@@ -43,6 +43,9 @@ type shared struct {
 
 	observers atomic.Int32 // leases on the session with an observer
 
+	notify   sync.Mutex // held while the events of the session's leases are told
+	reported time.Time  // send time of the last confirmation told; notify guards it
+
 	mu        sync.Mutex
 	leases    map[*Lease]struct{}
 	pending   int           // Locks that picked the session and have not attached or given up
@@ -51,6 +54,8 @@ type shared struct {
 	left      time.Duration // the deadline less the time the statement at confirmed was answered
 	timer     *time.Timer
 	idle      *time.Timer // closes the session once it has been empty for idleLinger
+	risk      *time.Timer // the warning (see armRisk), nil until a lease has an observer
+	riskFor   time.Time   // the confirmation risk is armed for
 }
 
 // idleLinger is how long a shared session with no lease stays open: long
@@ -151,19 +156,31 @@ func (m *shared) run(f func(ctx context.Context) error) error {
 
 func (m *shared) runFor(timeout time.Duration, f func(ctx context.Context) error) error {
 	m.stmt.Lock()
-	defer m.stmt.Unlock()
+	sent, moved, err := m.runLocked(timeout, f)
+	m.stmt.Unlock()
+	// The observers are told after the statement lock is given back: a
+	// slow Observer holds up no statement of the session.
+	if moved && m.observers.Load() > 0 {
+		m.renewed(sent, time.Now())
+	}
+	return err
+}
+
+// runLocked runs f as runFor says, stmt held, and returns its send time and
+// whether its answer moved the deadline.
+func (m *shared) runLocked(timeout time.Duration, f func(ctx context.Context) error) (sent time.Time, moved bool, err error) {
 	if m.ctx.Err() != nil {
-		return errGone
+		return sent, false, errGone
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, timeout)
 	defer cancel()
-	sent := time.Now()
-	err := f(ctx)
+	sent = time.Now()
+	err = f(ctx)
 	var me *mysql.MySQLError
 	switch {
 	case err == nil:
 	case m.ctx.Err() != nil:
-		return errGone
+		return sent, false, errGone
 	case errors.As(err, &me) && !errors.Is(causeOf(err), ErrKilled) && !errors.Is(causeOf(err), ErrShutdown):
 		// The server answered: the session is alive, the statement failed.
 	default:
@@ -171,25 +188,24 @@ func (m *shared) runFor(timeout time.Duration, f func(ctx context.Context) error
 			err = fmt.Errorf("%w: a statement was not answered within %v", ErrUnresponsive, timeout)
 		}
 		m.fail(lossCause(err))
-		return err
+		return sent, false, err
 	}
-	m.confirm(sent)
-	return err
+	return sent, m.confirm(sent), err
 }
 
-// confirm moves the session's deadline to sent + ServerTimeout − Margin.
-func (m *shared) confirm(sent time.Time) {
+// confirm moves the session's deadline to sent + ServerTimeout − Margin,
+// re-arms the warning, and reports whether the deadline moved.
+func (m *shared) confirm(sent time.Time) bool {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	moved := !m.dead && sent.After(m.confirmed)
 	if moved {
 		m.confirmed = sent
 		m.left = time.Until(sent.Add(m.cfg.deadline()))
 		m.timer.Reset(m.left)
+		m.armRisk()
 	}
-	m.mu.Unlock()
-	if moved && m.observers.Load() > 0 {
-		m.renewed(sent)
-	}
+	return moved
 }
 
 // expire runs when the deadline timer fires: every lease of the session is
@@ -358,10 +374,19 @@ func (m *shared) fail(cause error) {
 	leases := m.leases
 	m.leases = nil
 	m.mu.Unlock()
+	// Every lease is lost before any observer is told.
+	lost := make([]*Lease, 0, len(leases))
 	for l := range leases {
 		if l.ctrl.Lose(cause) {
+			lost = append(lost, l)
+		}
+	}
+	if m.observers.Load() > 0 {
+		m.notify.Lock()
+		for _, l := range lost {
 			l.lost(cause)
 		}
+		m.notify.Unlock()
 	}
 	m.end(leases)
 }
@@ -374,6 +399,9 @@ func (m *shared) end(leases map[*Lease]struct{}) {
 	m.timer.Stop()
 	if m.idle != nil {
 		m.idle.Stop()
+	}
+	if m.risk != nil {
+		m.risk.Stop()
 	}
 	m.mu.Unlock()
 	m.cancel()
