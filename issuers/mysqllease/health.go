@@ -92,6 +92,27 @@ func (m *shared) renewed(sent, confirmed time.Time) {
 	}
 }
 
+// renewalFailed reports a heartbeat sent at sent that the server answered
+// with err, and that confirmed nothing, to the leases on the session that
+// have an observer: RenewalFailed, then AtRisk, with the deadline in force.
+func (m *shared) renewalFailed(sent time.Time, err error) {
+	ls := m.observedLeases()
+	m.mu.Lock()
+	at := m.confirmed.Add(m.cfg.deadline())
+	m.mu.Unlock()
+	now := time.Now()
+	m.notify.Lock()
+	defer m.notify.Unlock()
+	for _, l := range ls {
+		if !l.observed.Load() || l.ctrl.Signal().Err() != nil {
+			continue
+		}
+		e := l.event()
+		e.Sent, e.Deadline, e.Err = sent, at, err
+		health.NotifyFailed(l.obs, e, now)
+	}
+}
+
 // The session's warning: one timer for the session, whatever its number of
 // leases, as its deadline is one. It is armed at each confirmation while a
 // lease on the session has an observer, for the point 1/RiskDivisor of the
