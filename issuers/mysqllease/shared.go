@@ -411,13 +411,13 @@ func (m *shared) fail(cause error) {
 	m.leases = nil
 	m.mu.Unlock()
 	// Every lease is lost before any observer is told.
-	lost := make([]*Lease, 0, len(leases))
+	var lost []*Lease
 	for l := range leases {
-		if l.ctrl.Lose(cause) {
+		if l.ctrl.Lose(cause) && l.observed.Load() {
 			lost = append(lost, l)
 		}
 	}
-	if m.observers.Load() > 0 {
+	if len(lost) > 0 {
 		m.notify.Lock()
 		for _, l := range lost {
 			l.lost(cause)
