@@ -58,3 +58,11 @@ func BreakHeartbeats(db *sql.DB, n int32) {
 	c.Store(n)
 	brokenBeats.Store(db, &c)
 }
+
+// WarningArmed reports whether the session of l has made its warning's
+// timer.
+func (l *Lease) WarningArmed() bool {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return l.m.risk != nil
+}

@@ -211,3 +211,24 @@ func TestHeartbeatAnsweredWithError(t *testing.T) {
 		t.Errorf("%d RenewalFailed events, want 2: %v", failed, kindsOf(all))
 	}
 }
+
+// TestNoObserverNoWarning: a session whose leases have no observer makes
+// no warning timer through its heartbeats; the first lease on it with an
+// observer arms one.
+func TestNoObserverNoWarning(t *testing.T) {
+	db := open(t, server.DSN("root", ""))
+	a := lock(t, fast, db, subject(t))
+	defer a.Unlock(context.Background())
+	time.Sleep(3 * fast.Heartbeat)
+	if a.WarningArmed() {
+		t.Fatal("a session with no observed lease armed a warning")
+	}
+	rec := newRecorder()
+	cfg := fast
+	cfg.Observer = rec
+	b := lock(t, cfg, db, subject(t))
+	defer b.Unlock(context.Background())
+	if !b.WarningArmed() || !a.WarningArmed() {
+		t.Errorf("the session of an observed lease armed no warning")
+	}
+}
