@@ -83,7 +83,9 @@ type Config struct {
 	// round trip take two fifths of the deadline (2 s at the defaults), at
 	// five statements a deadline per session. It also bounds how long a
 	// step of a Lock's wait on a session of waits (GET_LOCK(name, step))
-	// runs, with a quarter of the deadline.
+	// runs, with a quarter of the deadline. The default fits any deadline
+	// over 20 ms (two heartbeats at MinHeartbeat); a Margin that leaves a
+	// shorter one is refused, naming Margin.
 	Heartbeat time.Duration
 
 	// Margin is how long before the server may free a silent session's
@@ -166,9 +168,14 @@ type Config struct {
 	// locks must use the same secret.
 	Secret []byte
 
-	// Observer, if not nil, is told of each lease's grant, confirmed
-	// heartbeats (its renewals), risk, loss and release
-	// ([health.Observer]). Nil reports nothing and costs nothing.
+	// Observer, if not nil, is told of each lease's grant, its session's
+	// confirmed statements (its renewals: a heartbeat, or any statement
+	// answered as sent), a heartbeat the server answered with an error
+	// (RenewalFailed), the session's warning (AtRisk, a third of the span
+	// ServerTimeout − Margin before the deadline when no later statement
+	// was confirmed), its loss and its release ([health.Observer]). Nil
+	// reports nothing and costs nothing: a session on which no lease has
+	// an observer builds no event and arms no warning.
 	Observer health.Observer
 }
 
@@ -181,7 +188,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Margin == 0 {
 		c.Margin = c.ServerTimeout / 2
 	}
-	if c.Heartbeat == 0 {
+	beatSet := c.Heartbeat != 0
+	if !beatSet {
 		c.Heartbeat = max(MinHeartbeat, (c.ServerTimeout-c.Margin)/5)
 	}
 	if c.Sessions == 0 {
@@ -210,6 +218,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("Config.Margin %v is negative: the lease would be lost after the server may free the lock", c.Margin)
 	case c.Margin >= c.ServerTimeout:
 		return c, fmt.Errorf("Config.Margin %v is not shorter than Config.ServerTimeout %v: the lease would have no time at all", c.Margin, c.ServerTimeout)
+	case !beatSet && 2*c.Heartbeat >= c.deadline():
+		// The default fits every deadline over twice the floor; a
+		// shorter one is the Margin's mistake, not the Heartbeat's.
+		return c, fmt.Errorf("Config.Margin %v leaves a deadline, Config.ServerTimeout − Config.Margin = %v, that is not longer than two heartbeats at their floor %v: no heartbeat fits", c.Margin, c.deadline(), MinHeartbeat)
 	case c.Heartbeat < MinHeartbeat:
 		return c, fmt.Errorf("Config.Heartbeat %v is under its floor %v: each heartbeat is a statement the server runs", c.Heartbeat, MinHeartbeat)
 	case 2*c.Heartbeat >= c.ServerTimeout-c.Margin:

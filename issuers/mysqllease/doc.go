@@ -50,6 +50,13 @@
 // is told when its connection ends, and by its deadline when the old
 // primary is only cut off.
 //
+// [Lease.Health] reads a lease's deadline, and [Config.Observer] is told of
+// its grant, its session's confirmations, a heartbeat the server refused,
+// the session's warning a third of the span before its deadline when no
+// statement was confirmed since (AtRisk), its loss and its release: one
+// warning timer for each session, as there is one deadline, fanned out to
+// the observed leases on it.
+//
 // A signal warns the holder; it does not stop a write already on its way.
 // [Config.Fence] takes a fencing token at the grant, in the lease's session,
 // and [Lease.Token] says how a write checks it.

@@ -3,6 +3,7 @@ package mysqllease
 import (
 	"context"
 	"database/sql"
+	"sync/atomic"
 )
 
 // Claim records a live lease of this process on the lock name of db's
@@ -49,3 +50,19 @@ func SetLeasesPerSession(n int) (restore func()) {
 // Graces returns how many grants waited Config.Grace for a holder whose
 // session had ended.
 func Graces() int64 { return graces.Load() }
+
+// BreakHeartbeats makes the next n heartbeats of db's sessions statements
+// that the server answers with an error (a missing table).
+func BreakHeartbeats(db *sql.DB, n int32) {
+	var c atomic.Int32
+	c.Store(n)
+	brokenBeats.Store(db, &c)
+}
+
+// WarningArmed reports whether the session of l has made its warning's
+// timer.
+func (l *Lease) WarningArmed() bool {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return l.m.risk != nil
+}

@@ -11,8 +11,12 @@ import (
 // confirmations of its shared session (a heartbeat, or any statement
 // answered as sent): the deadline is the send time of the last one plus
 // ServerTimeout less Margin. Each confirmation is told to every lease on
-// the session that has an observer; a session on which none has one calls
-// nothing (shared.observers counts them).
+// the session that has an observer, and so is the session's warning (see
+// shared.atRisk); a session on which none has one calls nothing and arms
+// no warning (shared.observers counts them). The events of a session's
+// leases are told under its notify mutex, never under a lock a statement
+// or a Lock needs, so that each lease's arrive in order and none after its
+// Lost or Released.
 
 const issuer = "mysqllease"
 
@@ -41,29 +45,127 @@ func (l *Lease) granted(begun time.Time) {
 	e.Wait = time.Since(begun)
 	health.NotifyGranted(l.obs, e)
 	l.observed.Store(true)
-	l.m.observers.Add(1)
+	l.m.observe()
 }
 
-// renewed reports the confirmation of m at sent to the leases on it that
-// have an observer.
-func (m *shared) renewed(sent time.Time) {
-	now := time.Now()
-	at := sent.Add(m.cfg.deadline())
+// observe counts one more lease with an observer on the session, and arms
+// the session's warning for its last confirmation if it was not armed.
+func (m *shared) observe() {
+	m.observers.Add(1)
 	m.mu.Lock()
+	m.armRisk()
+	m.mu.Unlock()
+}
+
+// observedLeases returns the leases of the session that have an observer.
+func (m *shared) observedLeases() []*Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	ls := make([]*Lease, 0, m.observers.Load())
 	for l := range m.leases {
 		if l.observed.Load() {
 			ls = append(ls, l)
 		}
 	}
-	m.mu.Unlock()
+	return ls
+}
+
+// renewed reports the confirmation of m at sent, known at confirmed, to the
+// leases on it that have an observer; a confirmation older than one already
+// reported (two statements answered at once) is not reported.
+func (m *shared) renewed(sent, confirmed time.Time) {
+	ls := m.observedLeases()
+	at := sent.Add(m.cfg.deadline())
+	m.notify.Lock()
+	defer m.notify.Unlock()
+	if !sent.After(m.reported) {
+		return
+	}
+	m.reported = sent
 	for _, l := range ls {
-		if l.ctrl.Signal().Err() != nil {
-			continue // lost since: nothing follows the loss's event
+		if !l.observed.Load() || l.ctrl.Signal().Err() != nil {
+			continue // released or lost since: nothing follows its event
 		}
 		e := l.event()
 		e.Sent, e.Deadline = sent, at
-		health.NotifyRenewed(l.obs, e, now)
+		health.NotifyRenewed(l.obs, e, confirmed)
+	}
+}
+
+// renewalFailed reports a heartbeat sent at sent that the server answered
+// with err, and that confirmed nothing, to the leases on the session that
+// have an observer: RenewalFailed, then AtRisk, with the deadline in force.
+func (m *shared) renewalFailed(sent time.Time, err error) {
+	ls := m.observedLeases()
+	m.mu.Lock()
+	at := m.confirmed.Add(m.cfg.deadline())
+	m.mu.Unlock()
+	now := time.Now()
+	m.notify.Lock()
+	defer m.notify.Unlock()
+	for _, l := range ls {
+		if !l.observed.Load() || l.ctrl.Signal().Err() != nil {
+			continue
+		}
+		e := l.event()
+		e.Sent, e.Deadline, e.Err = sent, at, err
+		health.NotifyFailed(l.obs, e, now)
+	}
+}
+
+// The session's warning: one timer for the session, whatever its number of
+// leases, as its deadline is one. It is armed at each confirmation while a
+// lease on the session has an observer, for the point 1/RiskDivisor of the
+// span (ServerTimeout − Margin) before the deadline; if no later statement
+// was confirmed by then, every observed lease on the session is told
+// AtRisk with [health.ErrUnconfirmed]: a third of the span before the
+// deadline loses them, however the heartbeats fail (unanswered, slowed past
+// their window).
+
+// riskAt returns when the warning for the confirmation at sent is due; mu
+// is held.
+func (m *shared) riskAt(sent time.Time) time.Time {
+	d := m.cfg.deadline()
+	return sent.Add(d - d/health.RiskDivisor)
+}
+
+// armRisk arms the session's warning for its last confirmation, when a
+// lease on it has an observer and it is not armed for that one yet; mu is
+// held.
+func (m *shared) armRisk() {
+	if m.dead || m.observers.Load() == 0 || (m.risk != nil && m.riskFor.Equal(m.confirmed)) {
+		return
+	}
+	m.riskFor = m.confirmed
+	wait := time.Until(m.riskAt(m.confirmed))
+	if m.risk == nil {
+		m.risk = time.AfterFunc(wait, m.atRisk)
+	} else {
+		m.risk.Reset(wait)
+	}
+}
+
+// atRisk runs when the session's warning is due: it tells the observed
+// leases on the session AtRisk unless a confirmation moved the deadline
+// meanwhile or the session ended.
+func (m *shared) atRisk() {
+	m.mu.Lock()
+	if m.dead || time.Until(m.riskAt(m.confirmed)) > 0 {
+		m.mu.Unlock()
+		return
+	}
+	at := m.confirmed.Add(m.cfg.deadline())
+	m.mu.Unlock()
+	ls := m.observedLeases()
+	m.notify.Lock()
+	defer m.notify.Unlock()
+	for _, l := range ls {
+		if !l.observed.Load() || l.ctrl.Signal().Err() != nil {
+			continue
+		}
+		e := l.event()
+		e.Kind, e.Deadline, e.Margin, e.Err = health.AtRisk, at, time.Until(at), health.ErrUnconfirmed
+		l.obs.Observe(e)
 	}
 }
 
@@ -77,6 +179,8 @@ func (l *Lease) unobserve() bool {
 	return true
 }
 
+// lost reports the loss of a lease with cause; the session's notify mutex
+// is held.
 func (l *Lease) lost(cause error) {
 	if l.unobserve() {
 		e := l.event()
@@ -96,6 +200,11 @@ func via(cause error) health.Via {
 
 // released reports the release of a lease that was not lost before it.
 func (l *Lease) released() {
+	if l.obs == nil {
+		return
+	}
+	l.m.notify.Lock()
+	defer l.m.notify.Unlock()
 	if l.ctrl.Signal().Err() == nil && l.unobserve() {
 		e := l.event()
 		e.Err = l.err

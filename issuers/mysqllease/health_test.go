@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/issuers/mysqllease"
 	"github.com/zukhruf/lease/lost"
 )
 
@@ -156,4 +159,76 @@ func TestUnlockCancelledContextHandsOver(t *testing.T) {
 		t.Errorf("the waiting Lock was granted %v after the Unlock, not by its release", took)
 	}
 	g.lease.Unlock(context.Background())
+}
+
+// TestHeartbeatAnsweredWithError: heartbeats that the server answers with
+// an error of the statement alone fail without losing the lease: each is
+// told as RenewalFailed, then AtRisk, with the deadline in force, and the
+// heartbeats go on, confirming the session again once the server accepts
+// them.
+func TestHeartbeatAnsweredWithError(t *testing.T) {
+	db := open(t, server.DSN("root", ""))
+	rec := newRecorder()
+	cfg := mysqllease.Config{ServerTimeout: 4 * time.Second, Heartbeat: 100 * time.Millisecond, Observer: rec}
+	l := lock(t, cfg, db, subject(t))
+	defer l.Unlock(context.Background())
+	rec.waitFor(t, health.Renewed, 2)
+	mysqllease.BreakHeartbeats(db, 2)
+	all := rec.waitFor(t, health.RenewalFailed, 2)
+	before := len(all)
+	for {
+		if err := l.Signal().Err(); err != nil {
+			t.Fatalf("the lease was lost: %v: %v", err, kindsOf(rec.events()))
+		}
+		all = rec.events()
+		renewed := 0
+		for _, e := range all[before:] {
+			if e.Kind == health.Renewed {
+				renewed++
+			}
+		}
+		if renewed >= 2 {
+			break
+		}
+		select {
+		case <-rec.new:
+		case <-time.After(waitTimeout):
+			t.Fatalf("no renewal after the failed heartbeats: %v", kindsOf(all))
+		}
+	}
+	var failed int
+	for i, e := range all {
+		if e.Kind != health.RenewalFailed {
+			continue
+		}
+		failed++
+		var me *mysql.MySQLError
+		if !errors.As(e.Err, &me) || e.Margin <= 0 || !e.Deadline.Before(e.Sent.Add(2*time.Second)) || i+1 == len(all) || all[i+1].Kind != health.AtRisk {
+			t.Errorf("renewal failed = %+v, want the server's error, the deadline in force, then AtRisk", e)
+		}
+	}
+	if failed != 2 {
+		t.Errorf("%d RenewalFailed events, want 2: %v", failed, kindsOf(all))
+	}
+}
+
+// TestNoObserverNoWarning: a session whose leases have no observer makes
+// no warning timer through its heartbeats; the first lease on it with an
+// observer arms one.
+func TestNoObserverNoWarning(t *testing.T) {
+	db := open(t, server.DSN("root", ""))
+	a := lock(t, fast, db, subject(t))
+	defer a.Unlock(context.Background())
+	time.Sleep(3 * fast.Heartbeat)
+	if a.WarningArmed() {
+		t.Fatal("a session with no observed lease armed a warning")
+	}
+	rec := newRecorder()
+	cfg := fast
+	cfg.Observer = rec
+	b := lock(t, cfg, db, subject(t))
+	defer b.Unlock(context.Background())
+	if !b.WarningArmed() || !a.WarningArmed() {
+		t.Errorf("the session of an observed lease armed no warning")
+	}
 }

@@ -54,6 +54,8 @@ func TestConfigOutOfRange(t *testing.T) {
 		{mysqllease.Config{Heartbeat: time.Millisecond}, "Config.Heartbeat 1ms is under its floor"},
 		{mysqllease.Config{Heartbeat: 5 * time.Second}, "Config.Heartbeat 5s is not shorter than half the deadline"},
 		{mysqllease.Config{Heartbeat: 2500 * time.Millisecond}, "Config.Heartbeat 2.5s is not shorter than half the deadline"},
+		{mysqllease.Config{ServerTimeout: time.Second, Margin: 985 * time.Millisecond}, "Config.Margin 985ms leaves a deadline"},
+		{mysqllease.Config{ServerTimeout: time.Second, Margin: 985 * time.Millisecond, Heartbeat: 10 * time.Millisecond}, "Config.Heartbeat 10ms is not shorter than half the deadline"},
 		{mysqllease.Config{Sessions: -1}, "Config.Sessions -1 is negative"},
 		{mysqllease.Config{Waiters: -1}, "Config.Waiters -1 is negative"},
 		{mysqllease.Config{Grace: -time.Second}, "Config.Grace -1s is negative"},

@@ -43,6 +43,9 @@ type shared struct {
 
 	observers atomic.Int32 // leases on the session with an observer
 
+	notify   sync.Mutex // held while the events of the session's leases are told
+	reported time.Time  // send time of the last confirmation told; notify guards it
+
 	mu        sync.Mutex
 	leases    map[*Lease]struct{}
 	pending   int           // Locks that picked the session and have not attached or given up
@@ -51,6 +54,8 @@ type shared struct {
 	left      time.Duration // the deadline less the time the statement at confirmed was answered
 	timer     *time.Timer
 	idle      *time.Timer // closes the session once it has been empty for idleLinger
+	risk      *time.Timer // the warning (see armRisk), nil until a lease has an observer
+	riskFor   time.Time   // the confirmation risk is armed for
 }
 
 // idleLinger is how long a shared session with no lease stays open: long
@@ -150,46 +155,68 @@ func (m *shared) run(f func(ctx context.Context) error) error {
 }
 
 func (m *shared) runFor(timeout time.Duration, f func(ctx context.Context) error) error {
+	_, err := m.runAs(timeout, true, f)
+	return err
+}
+
+// runAs is runFor, and returns the statement's send time. errConfirms says
+// whether an error that the server answered confirms the session, as it
+// does for every statement but the heartbeat (see beat).
+func (m *shared) runAs(timeout time.Duration, errConfirms bool, f func(ctx context.Context) error) (time.Time, error) {
 	m.stmt.Lock()
-	defer m.stmt.Unlock()
+	sent, moved, err := m.runLocked(timeout, errConfirms, f)
+	m.stmt.Unlock()
+	// The observers are told after the statement lock is given back: a
+	// slow Observer holds up no statement of the session.
+	if moved && m.observers.Load() > 0 {
+		m.renewed(sent, time.Now())
+	}
+	return sent, err
+}
+
+// runLocked runs f as runAs says, stmt held, and returns its send time and
+// whether its answer moved the deadline.
+func (m *shared) runLocked(timeout time.Duration, errConfirms bool, f func(ctx context.Context) error) (sent time.Time, moved bool, err error) {
 	if m.ctx.Err() != nil {
-		return errGone
+		return sent, false, errGone
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, timeout)
 	defer cancel()
-	sent := time.Now()
-	err := f(ctx)
+	sent = time.Now()
+	err = f(ctx)
 	var me *mysql.MySQLError
 	switch {
 	case err == nil:
 	case m.ctx.Err() != nil:
-		return errGone
+		return sent, false, errGone
 	case errors.As(err, &me) && !errors.Is(causeOf(err), ErrKilled) && !errors.Is(causeOf(err), ErrShutdown):
 		// The server answered: the session is alive, the statement failed.
+		if !errConfirms {
+			return sent, false, err
+		}
 	default:
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: a statement was not answered within %v", ErrUnresponsive, timeout)
 		}
 		m.fail(lossCause(err))
-		return err
+		return sent, false, err
 	}
-	m.confirm(sent)
-	return err
+	return sent, m.confirm(sent), err
 }
 
-// confirm moves the session's deadline to sent + ServerTimeout − Margin.
-func (m *shared) confirm(sent time.Time) {
+// confirm moves the session's deadline to sent + ServerTimeout − Margin,
+// re-arms the warning, and reports whether the deadline moved.
+func (m *shared) confirm(sent time.Time) bool {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	moved := !m.dead && sent.After(m.confirmed)
 	if moved {
 		m.confirmed = sent
 		m.left = time.Until(sent.Add(m.cfg.deadline()))
 		m.timer.Reset(m.left)
+		m.armRisk()
 	}
-	m.mu.Unlock()
-	if moved && m.observers.Load() > 0 {
-		m.renewed(sent)
-	}
+	return moved
 }
 
 // expire runs when the deadline timer fires: every lease of the session is
@@ -228,10 +255,35 @@ func (m *shared) heartbeat() {
 }
 
 // beat runs one heartbeat, and reports whether the session lives on.
+//
+// A heartbeat that fails ends the session, and loses its leases at once,
+// in every case but one: its connection's error (a reset, a close, a
+// protocol error: the driver cannot resume a connection cut mid-statement,
+// and the session's locks are unknown from then on), an interruption or a
+// shutdown that the server answered with, an answer of another session,
+// and the session's watch lock held by another all lose the leases; a
+// heartbeat left unanswered is known only at the deadline, which loses them
+// too, and is warned of a third of the span before (see shared.atRisk).
+// The one case is an error that the server answered for the statement
+// alone (a resource it lacks): the session lives, but the heartbeat did not
+// check its watch lock, so it confirms nothing, the deadline stays where
+// the last confirmation set it, the observers are told RenewalFailed (then
+// AtRisk), and the next heartbeat, a Heartbeat later, tries again.
 func (m *shared) beat() bool {
 	var holder sql.NullInt64
-	if err := m.do("SELECT IS_USED_LOCK("+literal(m.watch)+")"+tail, &holder); err != nil {
-		return false
+	q := "SELECT IS_USED_LOCK(" + literal(m.watch) + ")" + tail
+	if failBeat(m.s.db) {
+		q += " FROM information_schema.mysqllease_no_such_table"
+	}
+	sent, err := m.runAs(m.cfg.deadline(), false, func(ctx context.Context) error { return m.s.row(ctx, q, &holder) })
+	if err != nil {
+		if m.ctx.Err() != nil {
+			return false
+		}
+		if m.observers.Load() > 0 {
+			m.renewalFailed(sent, err)
+		}
+		return true
 	}
 	if !holder.Valid || holder.Int64 != m.s.id {
 		m.fail(fmt.Errorf("%w: the session's watch lock is held by %v, not by the session %d", ErrPooled, holder, m.s.id))
@@ -358,10 +410,19 @@ func (m *shared) fail(cause error) {
 	leases := m.leases
 	m.leases = nil
 	m.mu.Unlock()
+	// Every lease is lost before any observer is told.
+	var lost []*Lease
 	for l := range leases {
-		if l.ctrl.Lose(cause) {
+		if l.ctrl.Lose(cause) && l.observed.Load() {
+			lost = append(lost, l)
+		}
+	}
+	if len(lost) > 0 {
+		m.notify.Lock()
+		for _, l := range lost {
 			l.lost(cause)
 		}
+		m.notify.Unlock()
 	}
 	m.end(leases)
 }
@@ -374,6 +435,9 @@ func (m *shared) end(leases map[*Lease]struct{}) {
 	m.timer.Stop()
 	if m.idle != nil {
 		m.idle.Stop()
+	}
+	if m.risk != nil {
+		m.risk.Stop()
 	}
 	m.mu.Unlock()
 	m.cancel()
@@ -515,4 +579,15 @@ func (m *shared) fence(table, name string) (int64, error) {
 		return 0, fmt.Errorf("fencing token from %s: %w", table, err)
 	}
 	return token, nil
+}
+
+// brokenBeats holds, for the tests, the pools whose next heartbeats run a
+// statement that the server refuses, and how many: *sql.DB → *atomic.Int32.
+var brokenBeats sync.Map
+
+// failBeat reports whether the next heartbeat of a session of db is one
+// that brokenBeats breaks.
+func failBeat(db *sql.DB) bool {
+	v, ok := brokenBeats.Load(db)
+	return ok && v.(*atomic.Int32).Add(-1) >= 0
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/issuers/mysqllease"
 )
 
@@ -243,18 +244,31 @@ func TestAlone(t *testing.T) {
 }
 
 // TestDefaultsScaleWithServerTimeout: a Config that sets ServerTimeout
-// alone takes Margin and Heartbeat from it: 3 s, which a fixed 5 s Margin
-// refused, holds a lease through two of its deadlines.
+// alone takes Margin and Heartbeat from it: 2 s and 3 s, which a fixed 5 s
+// Margin refused, hold a lease through two of their deadlines, its
+// observer told of renewals with the deadline half the ServerTimeout after
+// their send.
 func TestDefaultsScaleWithServerTimeout(t *testing.T) {
 	db := rootDB(t, server)
-	cfg := mysqllease.Config{ServerTimeout: 3 * time.Second}
-	l := lock(t, cfg, db, subject(t))
-	time.Sleep(3 * time.Second)
-	if err := l.Signal().Err(); err != nil {
-		t.Fatalf("the lease was lost while idle: %v", err)
-	}
-	if err := l.Unlock(context.Background()); err != nil {
-		t.Fatalf("Unlock = %v", err)
+	for _, timeout := range []time.Duration{2 * time.Second, 3 * time.Second} {
+		rec := newRecorder()
+		cfg := mysqllease.Config{ServerTimeout: timeout, Observer: rec}
+		l := lock(t, cfg, db, subject(t))
+		time.Sleep(timeout)
+		if err := l.Signal().Err(); err != nil {
+			t.Fatalf("ServerTimeout %v: the lease was lost while idle: %v", timeout, err)
+		}
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Fatalf("ServerTimeout %v: Unlock = %v", timeout, err)
+		}
+		for _, e := range rec.events() {
+			if e.Kind == health.Renewed && e.Deadline.Sub(e.Sent) != timeout/2 {
+				t.Errorf("ServerTimeout %v: renewed with the deadline %v after the send, want %v", timeout, e.Deadline.Sub(e.Sent), timeout/2)
+			}
+		}
+		if n := len(rec.events()); n < 3 {
+			t.Errorf("ServerTimeout %v: %d events, want the grant, renewals and the release: %v", timeout, n, kindsOf(rec.events()))
+		}
 	}
 	for _, c := range []mysqllease.Config{{ServerTimeout: time.Second}, {ServerTimeout: 3 * time.Second}, {ServerTimeout: time.Hour}} {
 		err := lockErr(t, c, "root@tcp(127.0.0.1:1)/", "s")
