@@ -3,12 +3,17 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/lost"
 )
 
@@ -16,6 +21,7 @@ import (
 type recorder struct {
 	mu  sync.Mutex
 	all []health.Event
+	at  []time.Time // when each event was told
 	new chan struct{}
 }
 
@@ -24,6 +30,7 @@ func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
 func (r *recorder) Observe(e health.Event) {
 	r.mu.Lock()
 	r.all = append(r.all, e)
+	r.at = append(r.at, time.Now())
 	r.mu.Unlock()
 	select {
 	case r.new <- struct{}{}:
@@ -35,6 +42,26 @@ func (r *recorder) events() []health.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.all)
+}
+
+// timed returns every event and the time each was told.
+func (r *recorder) timed() ([]health.Event, []time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all), slices.Clone(r.at)
+}
+
+// count returns how many events of kind were told.
+func (r *recorder) count(kind health.Kind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.all {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
 }
 
 // waitFor waits until n events of kind arrived, and returns every event.
@@ -161,5 +188,150 @@ func TestUnlockCancelledContextHandsOver(t *testing.T) {
 			t.Errorf("%s: the waiting Lock was granted %v after the Unlock, not by its release", subject, took)
 		}
 		unlock(t, g.lease)
+	}
+}
+
+// slowedDeadline is the deadline span of the leases of TestAtRiskBeforeLoss;
+// their Heartbeat is a quarter of it, so that a round trip of 80% of the
+// span answers each heartbeat after the deadline that the one before set.
+const slowedDeadline = time.Second
+
+// slowedRun is one trial of TestAtRiskBeforeLoss: a lease of subject held
+// through a proxy of its own, on a shared session of a pool of its own or
+// on a session of its own, lets its session confirm renewals heartbeats,
+// then every byte of the link is delayed by share of the deadline span
+// divided by two each way, and the trial waits for the loss and its event.
+// It returns the events, the times they were told, and how many came
+// before the link was slowed.
+func slowedRun(ctx context.Context, own bool, subject string, renewals int, share float64) (rec *recorder, slowedAt int, err error) {
+	proxy, err := faultnet.Listen(server.Addr())
+	if err != nil {
+		return nil, 0, err
+	}
+	defer proxy.Close()
+	pool, err := pgxpool.New(ctx, server.ConnString(proxy.Addr()))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer pool.Close()
+	rec = newRecorder()
+	cfg := pglease.Config{Heartbeat: slowedDeadline / 4, Deadline: slowedDeadline, OwnSession: own, Observer: rec}
+	l, err := cfg.Lock(ctx, pool, subject)
+	if err != nil {
+		return rec, 0, err
+	}
+	defer l.Unlock(context.Background())
+	for {
+		if n := rec.count(health.Renewed); n >= renewals {
+			break
+		}
+		select {
+		case <-rec.new:
+		case <-l.Signal().Done():
+			return rec, 0, fmt.Errorf("lost before the link was slowed: %w", l.Signal().Err())
+		case <-ctx.Done():
+			return rec, 0, fmt.Errorf("%d renewals: %w", renewals, ctx.Err())
+		}
+	}
+	slowedAt = len(rec.events())
+	proxy.Delay(time.Duration(share * float64(slowedDeadline) / 2))
+	select {
+	case <-l.Signal().Done():
+	case <-ctx.Done():
+		return rec, slowedAt, fmt.Errorf("the lease was not lost: %w", ctx.Err())
+	}
+	proxy.Heal()
+	// The loss is told right after the signal is lost.
+	for rec.count(health.Lost) == 0 {
+		select {
+		case <-rec.new:
+		case <-ctx.Done():
+			return rec, slowedAt, fmt.Errorf("no Lost event after the loss: %w", ctx.Err())
+		}
+	}
+	return rec, slowedAt, nil
+}
+
+// TestAtRiskBeforeLoss: a link slowed until a round trip takes 80% of the
+// deadline span loses the lease by its deadline, and AtRisk is told before
+// the loss, and nothing after it, in each of 30 trials, on a shared session
+// and on a session of its own. The warning comes when a third of the span
+// is left, the loss at the deadline: a third of the span (333 ms) apart.
+// The trials run 10 at a time, each with its proxy, pool, session and
+// subject.
+func TestAtRiskBeforeLoss(t *testing.T) {
+	const (
+		trials   = 30
+		parallel = 10
+		share    = 0.8
+	)
+	for _, own := range []bool{false, true} {
+		name := map[bool]string{false: "shared", true: "own"}[own]
+		t.Run(name, func(t *testing.T) {
+			type outcome struct {
+				rec      *recorder
+				slowedAt int
+				err      error
+			}
+			out := make([]outcome, trials)
+			sem := make(chan struct{}, parallel)
+			var wg sync.WaitGroup
+			for i := range trials {
+				wg.Go(func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+					defer cancel()
+					rec, at, err := slowedRun(ctx, own, fmt.Sprintf("at-risk %s %d", name, i), 2, share)
+					out[i] = outcome{rec, at, err}
+				})
+			}
+			wg.Wait()
+			warned, unconfirmed := 0, 0
+			var left, lead []time.Duration
+			for i, o := range out {
+				if o.err != nil {
+					t.Errorf("trial %d: %v", i, o.err)
+					continue
+				}
+				all, times := o.rec.timed()
+				var risk = -1
+				for j := o.slowedAt; j < len(all); j++ {
+					e := all[j]
+					if e.Kind == health.AtRisk && risk < 0 {
+						risk = j
+					}
+					if e.Kind != health.Lost {
+						continue
+					}
+					if j != len(all)-1 {
+						t.Errorf("trial %d: events after the loss: %v", i, kindsOf(all[j+1:]))
+					}
+					if e.Via != health.Deadline {
+						t.Errorf("trial %d: lost via %v (%v), want the deadline", i, e.Via, e.Err)
+					}
+					if risk < 0 {
+						t.Errorf("trial %d: lost with no AtRisk before it since the link was slowed: %v", i, kindsOf(all[o.slowedAt:]))
+						break
+					}
+					warned++
+					if errors.Is(all[risk].Err, health.ErrUnconfirmed) {
+						unconfirmed++
+					}
+					left = append(left, all[risk].Margin)
+					lead = append(lead, times[j].Sub(times[risk]))
+					break
+				}
+			}
+			slices.Sort(left)
+			slices.Sort(lead)
+			if len(left) > 0 {
+				t.Logf("%s session, a round trip of %.0f%% of the %v deadline span: AtRisk before the loss in %d of %d trials (%d by the watch, health.ErrUnconfirmed); "+
+					"time left before the deadline at the warning: median %v, least %v; the warning to the Lost event: median %v, least %v",
+					name, share*100, slowedDeadline, warned, trials, unconfirmed,
+					left[len(left)/2].Round(time.Millisecond), left[0].Round(time.Millisecond),
+					lead[len(lead)/2].Round(time.Millisecond), lead[0].Round(time.Millisecond))
+			}
+		})
 	}
 }
