@@ -201,64 +201,124 @@ const slowedDeadline = time.Second
 // on a session of its own, lets its session confirm renewals heartbeats,
 // then every byte of the link is delayed by share of the deadline span
 // divided by two each way, and the trial waits for the loss and its event.
-// It returns the events, the times they were told, and how many came
-// before the link was slowed.
-func slowedRun(ctx context.Context, own bool, subject string, renewals int, share float64) (rec *recorder, slowedAt int, err error) {
+// On a shared session two neighbours share the lease's session, one
+// observed and one not: the session's warning goes to both observed leases.
+// It returns the observed leases' recorders and, for each, how many events
+// came before the link was slowed.
+func slowedRun(ctx context.Context, own bool, subject string, renewals int, share float64) (recs []*recorder, slowedAt []int, err error) {
 	proxy, err := faultnet.Listen(server.Addr())
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	defer proxy.Close()
 	pool, err := pgxpool.New(ctx, server.ConnString(proxy.Addr()))
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	defer pool.Close()
-	rec = newRecorder()
-	cfg := pglease.Config{Heartbeat: slowedDeadline / 4, Deadline: slowedDeadline, OwnSession: own, Observer: rec}
-	l, err := cfg.Lock(ctx, pool, subject)
-	if err != nil {
-		return rec, 0, err
+	cfg := pglease.Config{Heartbeat: slowedDeadline / 4, Deadline: slowedDeadline, OwnSession: own}
+	var ls []*pglease.Lease
+	defer func() {
+		for _, l := range ls {
+			l.Unlock(context.Background())
+		}
+	}()
+	observers := []*recorder{newRecorder(), nil}
+	if !own {
+		observers = append(observers, newRecorder())
 	}
-	defer l.Unlock(context.Background())
-	for {
-		if n := rec.count(health.Renewed); n >= renewals {
+	for i, rec := range observers {
+		cfg.Observer = nil
+		if rec != nil {
+			cfg.Observer = rec
+			recs = append(recs, rec)
+		}
+		l, err := cfg.Lock(ctx, pool, fmt.Sprintf("%s/%d", subject, i))
+		if err != nil {
+			return recs, nil, err
+		}
+		ls = append(ls, l)
+		if own {
 			break
 		}
+	}
+	rec, l := recs[0], ls[0]
+	for rec.count(health.Renewed) < renewals {
 		select {
 		case <-rec.new:
 		case <-l.Signal().Done():
-			return rec, 0, fmt.Errorf("lost before the link was slowed: %w", l.Signal().Err())
+			return recs, nil, fmt.Errorf("lost before the link was slowed: %w", l.Signal().Err())
 		case <-ctx.Done():
-			return rec, 0, fmt.Errorf("%d renewals: %w", renewals, ctx.Err())
+			return recs, nil, fmt.Errorf("%d renewals: %w", renewals, ctx.Err())
 		}
 	}
-	slowedAt = len(rec.events())
+	for _, r := range recs {
+		slowedAt = append(slowedAt, len(r.events()))
+	}
 	proxy.Delay(time.Duration(share * float64(slowedDeadline) / 2))
-	select {
-	case <-l.Signal().Done():
-	case <-ctx.Done():
-		return rec, slowedAt, fmt.Errorf("the lease was not lost: %w", ctx.Err())
+	for _, l := range ls {
+		select {
+		case <-l.Signal().Done():
+		case <-ctx.Done():
+			return recs, slowedAt, fmt.Errorf("the lease was not lost: %w", ctx.Err())
+		}
 	}
 	proxy.Heal()
 	// The loss is told right after the signal is lost.
-	for rec.count(health.Lost) == 0 {
-		select {
-		case <-rec.new:
-		case <-ctx.Done():
-			return rec, slowedAt, fmt.Errorf("no Lost event after the loss: %w", ctx.Err())
+	for _, r := range recs {
+		for r.count(health.Lost) == 0 {
+			select {
+			case <-r.new:
+			case <-ctx.Done():
+				return recs, slowedAt, fmt.Errorf("no Lost event after the loss: %w", ctx.Err())
+			}
 		}
 	}
-	return rec, slowedAt, nil
+	return recs, slowedAt, nil
+}
+
+// warning is what a trial of TestAtRiskBeforeLoss saw of one lease: its
+// first AtRisk after the link was slowed, and when it and the Lost event
+// were told.
+type warning struct {
+	risk         health.Event
+	told, lostAt time.Time
+}
+
+// warned checks the events of a lease after the link was slowed (from
+// index from): a Lost event by the deadline, the last one, with an AtRisk
+// before it. It reports what was wrong, or the warning.
+func warned(rec *recorder, from int) (warning, error) {
+	all, times := rec.timed()
+	risk := -1
+	for j := from; j < len(all); j++ {
+		e := all[j]
+		if e.Kind == health.AtRisk && risk < 0 {
+			risk = j
+		}
+		if e.Kind != health.Lost {
+			continue
+		}
+		switch {
+		case j != len(all)-1:
+			return warning{}, fmt.Errorf("events after the loss: %v", kindsOf(all[j+1:]))
+		case e.Via != health.Deadline:
+			return warning{}, fmt.Errorf("lost via %v (%v), want the deadline", e.Via, e.Err)
+		case risk < 0:
+			return warning{}, fmt.Errorf("lost with no AtRisk before it since the link was slowed: %v", kindsOf(all[from:]))
+		}
+		return warning{all[risk], times[risk], times[j]}, nil
+	}
+	return warning{}, fmt.Errorf("no Lost event: %v", kindsOf(all[from:]))
 }
 
 // TestAtRiskBeforeLoss: a link slowed until a round trip takes 80% of the
 // deadline span loses the lease by its deadline, and AtRisk is told before
 // the loss, and nothing after it, in each of 30 trials, on a shared session
-// and on a session of its own. The warning comes when a third of the span
-// is left, the loss at the deadline: a third of the span (333 ms) apart.
-// The trials run 10 at a time, each with its proxy, pool, session and
-// subject.
+// (to each of its two observed leases) and on a session of its own. The
+// warning comes when a third of the span is left, the loss at the deadline:
+// a third of the span (333 ms) apart. The trials run 10 at a time, each
+// with its proxy, pool, session and subjects.
 func TestAtRiskBeforeLoss(t *testing.T) {
 	const (
 		trials   = 30
@@ -269,8 +329,8 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 		name := map[bool]string{false: "shared", true: "own"}[own]
 		t.Run(name, func(t *testing.T) {
 			type outcome struct {
-				rec      *recorder
-				slowedAt int
+				recs     []*recorder
+				slowedAt []int
 				err      error
 			}
 			out := make([]outcome, trials)
@@ -282,53 +342,43 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 					defer func() { <-sem }()
 					ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 					defer cancel()
-					rec, at, err := slowedRun(ctx, own, fmt.Sprintf("at-risk %s %d", name, i), 2, share)
-					out[i] = outcome{rec, at, err}
+					recs, at, err := slowedRun(ctx, own, fmt.Sprintf("at-risk %s %d", name, i), 2, share)
+					out[i] = outcome{recs, at, err}
 				})
 			}
 			wg.Wait()
-			warned, unconfirmed := 0, 0
+			warnedIn, leases, unconfirmed := 0, 0, 0
 			var left, lead []time.Duration
 			for i, o := range out {
 				if o.err != nil {
 					t.Errorf("trial %d: %v", i, o.err)
 					continue
 				}
-				all, times := o.rec.timed()
-				var risk = -1
-				for j := o.slowedAt; j < len(all); j++ {
-					e := all[j]
-					if e.Kind == health.AtRisk && risk < 0 {
-						risk = j
-					}
-					if e.Kind != health.Lost {
+				all := true
+				for k, rec := range o.recs {
+					leases++
+					w, err := warned(rec, o.slowedAt[k])
+					if err != nil {
+						t.Errorf("trial %d, lease %d: %v", i, k, err)
+						all = false
 						continue
 					}
-					if j != len(all)-1 {
-						t.Errorf("trial %d: events after the loss: %v", i, kindsOf(all[j+1:]))
-					}
-					if e.Via != health.Deadline {
-						t.Errorf("trial %d: lost via %v (%v), want the deadline", i, e.Via, e.Err)
-					}
-					if risk < 0 {
-						t.Errorf("trial %d: lost with no AtRisk before it since the link was slowed: %v", i, kindsOf(all[o.slowedAt:]))
-						break
-					}
-					warned++
-					if errors.Is(all[risk].Err, health.ErrUnconfirmed) {
+					if errors.Is(w.risk.Err, health.ErrUnconfirmed) {
 						unconfirmed++
 					}
-					left = append(left, all[risk].Margin)
-					lead = append(lead, times[j].Sub(times[risk]))
-					break
+					left = append(left, w.risk.Margin)
+					lead = append(lead, w.lostAt.Sub(w.told))
+				}
+				if all {
+					warnedIn++
 				}
 			}
 			slices.Sort(left)
 			slices.Sort(lead)
 			if len(left) > 0 {
-				t.Logf("%s session, a round trip of %.0f%% of the %v deadline span: AtRisk before the loss in %d of %d trials (%d by the watch, health.ErrUnconfirmed); "+
+				t.Logf("%s session, a round trip of %.0f%% of the %v deadline span: AtRisk before the loss in %d of %d trials (%d observed leases warned of %d, %d by the watch, health.ErrUnconfirmed); "+
 					"time left before the deadline at the warning: median %v, least %v; the warning to the Lost event: median %v, least %v",
-					name, share*100, slowedDeadline, warned, trials, unconfirmed,
+					name, share*100, slowedDeadline, warnedIn, trials, len(left), leases, unconfirmed,
 					left[len(left)/2].Round(time.Millisecond), left[0].Round(time.Millisecond),
 					lead[len(lead)/2].Round(time.Millisecond), lead[0].Round(time.Millisecond))
 			}
