@@ -213,7 +213,12 @@ type Config struct {
 
 	// Observer, if not nil, is told of each lease's grant, confirmed
 	// heartbeats (its renewals), risk, loss and release
-	// ([health.Observer]). Nil reports nothing and costs nothing.
+	// ([health.Observer]): AtRisk after a confirmation that left less than
+	// a third of the deadline's span, and, with [health.ErrUnconfirmed],
+	// when a third is left and the session confirmed nothing since (one
+	// timer a session, fanned out to its observed leases). No heartbeat
+	// fails without ending its session, so no RenewalFailed is told. Nil
+	// reports nothing and costs nothing: no event is built, no timer armed.
 	Observer health.Observer
 }
 
