@@ -185,7 +185,9 @@ func (l *Lease) lost(cause error) {
 	if o == nil {
 		return
 	}
-	l.watch.Stop()
+	if l.watch != nil {
+		l.watch.Stop()
+	}
 	l.obsMu.Lock()
 	defer l.obsMu.Unlock()
 	if l.unobserve() {
@@ -214,7 +216,9 @@ func (l *Lease) released() {
 	if o == nil || l.ctrl.Signal().Err() != nil {
 		return
 	}
-	l.watch.Stop()
+	if l.watch != nil {
+		l.watch.Stop()
+	}
 	l.obsMu.Lock()
 	defer l.obsMu.Unlock()
 	if l.unobserve() {

@@ -56,7 +56,7 @@ type Lease struct {
 	// paths of Err, the heartbeats or the loss.
 	obsMu    sync.Mutex
 	observed bool         // guarded by obsMu: the grant was told, and neither the loss nor the release yet
-	watch    health.Watch // a session of its own: AtRisk when its heartbeats go unconfirmed
+	watch    *health.Watch // with an Observer, on a session of its own: AtRisk when its heartbeats go unconfirmed
 
 	once sync.Once
 	err  error // Unlock's outcome, set once
@@ -266,6 +266,9 @@ func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key in
 		kept:      make(chan struct{}),
 		read:      make(chan struct{}),
 		confirmed: sent,
+	}
+	if c.Observer != nil {
+		l.watch = new(health.Watch) // before the goroutines that arm it
 	}
 	go l.keep()
 	go l.follow()
