@@ -150,6 +150,7 @@ func (sh *shared) renewed(sent time.Time) {
 // armRisk arms the session's watch for the deadline that its confirmation
 // at sent sets. The watch's AtRisk is fanned out by fanOut.
 func (sh *shared) armRisk(sent time.Time) {
+	sh.riskArms.Add(1)
 	sh.risk.Arm((*fanOut)(sh), health.Event{Issuer: issuer}, sent, sent.Add(sh.set.cfg.Deadline))
 }
 

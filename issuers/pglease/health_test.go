@@ -159,6 +159,39 @@ func TestObserverEvents(t *testing.T) {
 	}
 }
 
+// TestSessionWatchArmedOnlyObserved: a shared session arms its watch only
+// while a lease on it has an observer: not for an unobserved lease's
+// heartbeats, at each confirmation once an observed lease joins it, and no
+// more once that lease is released.
+func TestSessionWatchArmedOnlyObserved(t *testing.T) {
+	pool := newPool(t, server, server.Addr())
+	a := lock(t, fast, pool, "unobserved")
+	defer unlock(t, a)
+	time.Sleep(5 * fast.Heartbeat)
+	if n, _ := pglease.RiskArms(a); n != 0 {
+		t.Fatalf("the watch was armed %d times with no observed lease on the session, want 0", n)
+	}
+	rec := newRecorder()
+	cfg := fast
+	cfg.Observer = rec
+	b := lock(t, cfg, pool, "observed")
+	_, sa := pglease.RiskArms(a)
+	if _, sb := pglease.RiskArms(b); sa != sb {
+		t.Fatal("the two leases are not on one shared session")
+	}
+	rec.waitFor(t, health.Renewed, 3)
+	if n, _ := pglease.RiskArms(a); n < 3 {
+		t.Errorf("the watch was armed %d times over 3 confirmations of an observed lease, want at least 3", n)
+	}
+	unlock(t, b)
+	time.Sleep(2 * fast.Heartbeat) // a confirmation read before the release may arm it once more
+	before, _ := pglease.RiskArms(a)
+	time.Sleep(5 * fast.Heartbeat)
+	if n, _ := pglease.RiskArms(a); n != before {
+		t.Errorf("the watch was armed %d times after the observed lease's release, want 0", n-before)
+	}
+}
+
 // TestUnlockCancelledContextHandsOver: an Unlock whose context was
 // cancelled still sends its release, and says it did: nil, and a waiting
 // Lock of another pool is granted at once, on a shared session and on a

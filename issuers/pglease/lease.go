@@ -55,7 +55,7 @@ type Lease struct {
 	// is told, and taken only where there is an Observer, never on the
 	// paths of Err, the heartbeats or the loss.
 	obsMu    sync.Mutex
-	observed bool         // guarded by obsMu: the grant was told, and neither the loss nor the release yet
+	observed bool          // guarded by obsMu: the grant was told, and neither the loss nor the release yet
 	watch    *health.Watch // with an Observer, on a session of its own: AtRisk when its heartbeats go unconfirmed
 
 	once sync.Once

@@ -59,6 +59,7 @@ type shared struct {
 
 	observers atomic.Int32 // leases on the session with an observer, told of the grant
 	risk      health.Watch // AtRisk when the session's statements go unconfirmed, armed only while observers > 0
+	riskArms  atomic.Int64 // how many times risk was armed, for the tests
 
 	quit chan struct{} // closed at the end: keep returns
 	done chan struct{} // closed when follow returned and the connection is closed
