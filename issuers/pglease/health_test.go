@@ -229,8 +229,8 @@ func TestUnlockCancelledContextHandsOver(t *testing.T) {
 // span answers each heartbeat after the deadline that the one before set.
 // The warning comes a third of it, 1 s, before the loss: with a 1 s span,
 // the 333 ms between them were once not enough for the process to run on
-// a machine shared with other builds (6 trials of 30 lost, unwarned, in one
-// stall of more than 450 ms that held back both timers).
+// a machine shared with other builds (6 trials of 30 lost unwarned, all of
+// one wave; a warning told 453 ms after it was due, the loss as late).
 const slowedDeadline = 3 * time.Second
 
 // slowedRun is one trial of TestAtRiskBeforeLoss: a lease of subject held
