@@ -104,8 +104,13 @@ const (
 // Heartbeat = Deadline/5 and ServerTimeout = 2 × Deadline where they are
 // zero; one that sets only ServerTimeout gets Deadline = ServerTimeout/2,
 // at most DefaultDeadline;
-// one that sets only Heartbeat gets Deadline = 5 × Heartbeat. A derived
-// Heartbeat is at least MinHeartbeat.
+// one that sets only Heartbeat gets Deadline = 5 × Heartbeat; one that sets
+// Heartbeat and ServerTimeout gets the Deadline of the ServerTimeout, or,
+// where that is not longer than the Heartbeat, min(ServerTimeout/2, 5 ×
+// Heartbeat), or halfway between them. A derived Heartbeat is at least MinHeartbeat. No zero field
+// is refused for a derived value: a refusal names the field the user set
+// that is out of range (a Deadline of MinHeartbeat or less, a
+// ServerTimeout of twice that or less).
 //
 // The deadline rule: a lease is lost once no heartbeat sent in the last
 // Deadline has been confirmed, and Lock sets the session's server timeouts so
@@ -208,23 +213,42 @@ type Config struct {
 
 	// Observer, if not nil, is told of each lease's grant, confirmed
 	// heartbeats (its renewals), risk, loss and release
-	// ([health.Observer]). Nil reports nothing and costs nothing.
+	// ([health.Observer]): AtRisk after a confirmation that left less than
+	// a third of the deadline's span, and, with [health.ErrUnconfirmed],
+	// when a third is left and the session confirmed nothing since (one
+	// timer a session, fanned out to its observed leases). No heartbeat
+	// fails without ending its session, so no RenewalFailed is told. Nil
+	// reports nothing and costs nothing: no event is built, no timer armed.
 	Observer health.Observer
 }
 
 // withDefaults returns c with the defaults for its zero durations, or an
 // error naming the field that is out of range.
 func (c Config) withDefaults() (Config, error) {
+	derived := c.Deadline == 0 // the Deadline derives from the Heartbeat or the ServerTimeout set
 	if c.Deadline == 0 {
 		switch {
 		case c.ServerTimeout > 0:
 			c.Deadline = min(c.ServerTimeout/timeoutPerDeadline, DefaultDeadline)
+			if c.Heartbeat > 0 && c.Deadline <= c.Heartbeat {
+				// A Heartbeat set too long for that Deadline: the Deadline
+				// that keeps heartbeatsPerDeadline of them if the server's
+				// timeout leaves room, else halfway from the Heartbeat to
+				// the ServerTimeout, where the holder's heartbeat and the
+				// server's margin each keep a share. Between them, not a
+				// refusal of a value the user did not set.
+				c.Deadline = min(c.ServerTimeout/timeoutPerDeadline, c.Heartbeat*heartbeatsPerDeadline)
+				if c.Deadline <= c.Heartbeat {
+					c.Deadline = c.Heartbeat + (c.ServerTimeout-c.Heartbeat)/2
+				}
+			}
 		case c.Heartbeat > 0:
 			c.Deadline = c.Heartbeat * heartbeatsPerDeadline
 		default:
 			c.Deadline = DefaultDeadline
 		}
 	}
+	derivedHeartbeat := c.Heartbeat == 0
 	if c.Heartbeat == 0 {
 		c.Heartbeat = DefaultHeartbeat
 		if c.Deadline > 0 {
@@ -245,6 +269,13 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("Config.Sessions %d is negative: it bounds the shared sessions of a pool", c.Sessions)
 	case c.Heartbeat < MinHeartbeat:
 		return c, fmt.Errorf("Config.Heartbeat %v is under its floor %v: each heartbeat is a statement the server runs", c.Heartbeat, MinHeartbeat)
+	case c.Deadline <= c.Heartbeat && derived && c.ServerTimeout > 0 && !derivedHeartbeat:
+		return c, fmt.Errorf("Config.Heartbeat %v is not shorter than Config.ServerTimeout %v: no Deadline fits between them", c.Heartbeat, c.ServerTimeout)
+	case c.Deadline <= c.Heartbeat && derived && derivedHeartbeat:
+		return c, fmt.Errorf("Config.ServerTimeout %v is not over its floor %v: the Deadline derived from it, %v, must be longer than MinHeartbeat %v, the shortest Heartbeat",
+			c.ServerTimeout, MinHeartbeat*timeoutPerDeadline, c.Deadline, MinHeartbeat)
+	case c.Deadline <= c.Heartbeat && derivedHeartbeat:
+		return c, fmt.Errorf("Config.Deadline %v is not over its floor: it must be longer than MinHeartbeat %v, the shortest Heartbeat", c.Deadline, MinHeartbeat)
 	case c.Deadline <= c.Heartbeat:
 		return c, fmt.Errorf("Config.Deadline %v is not longer than Config.Heartbeat %v: the lease would be lost between two heartbeats", c.Deadline, c.Heartbeat)
 	case c.ServerTimeout < time.Millisecond:

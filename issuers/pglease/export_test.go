@@ -121,3 +121,13 @@ func SetPolls(first, longest time.Duration) (restore func()) {
 	pollFirst, pollMax = first, longest
 	return func() { pollFirst, pollMax = f, m }
 }
+
+// RiskArms returns how many times the watch of l's shared session was
+// armed, and the session, to compare with another lease's; 0 and nil for a
+// lease of its own session.
+func RiskArms(l *Lease) (int64, any) {
+	if l.sh == nil {
+		return 0, nil
+	}
+	return l.sh.riskArms.Load(), l.sh
+}

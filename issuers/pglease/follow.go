@@ -146,10 +146,19 @@ func (l *Lease) follow() {
 // longer this process's, the heartbeats stop, and the connection's deadline
 // passes, so that follow returns and closes it.
 func (l *Lease) lose(cause error) bool {
+	if !l.loseQuietly(cause) {
+		return false
+	}
+	l.lost(cause)
+	return true
+}
+
+// loseQuietly is lose without the observer's event, which the caller
+// reports with l.lost once it has lost every lease it must.
+func (l *Lease) loseQuietly(cause error) bool {
 	if !l.ctrl.Lose(cause) {
 		return false
 	}
-	defer l.lost(cause)
 	l.unclaim()
 	if l.sh != nil {
 		return true // the shared session's end lost it, and closes the session

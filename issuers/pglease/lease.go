@@ -51,8 +51,12 @@ type Lease struct {
 	stopping  bool          // Unlock waits for the heartbeats in flight
 	left      time.Duration // the deadline less the time the heartbeat at confirmed was confirmed
 
-	obs      health.Observer // cfg.Observer
-	observed bool            // the grant was reported, and the lease counts among its shared's observers
+	// obsMu orders the events told to cfg.Observer: it is held while one
+	// is told, and taken only where there is an Observer, never on the
+	// paths of Err, the heartbeats or the loss.
+	obsMu    sync.Mutex
+	observed bool          // guarded by obsMu: the grant was told, and neither the loss nor the release yet
+	watch    *health.Watch // with an Observer, on a session of its own: AtRisk when its heartbeats go unconfirmed
 
 	once sync.Once
 	err  error // Unlock's outcome, set once
@@ -262,6 +266,9 @@ func (s *session) lock(ctx context.Context, c Config, pool *pgxpool.Pool, key in
 		kept:      make(chan struct{}),
 		read:      make(chan struct{}),
 		confirmed: sent,
+	}
+	if c.Observer != nil {
+		l.watch = new(health.Watch) // before the goroutines that arm it
 	}
 	go l.keep()
 	go l.follow()

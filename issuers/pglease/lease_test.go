@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/lost"
@@ -440,6 +442,14 @@ func TestDefaultsDerive(t *testing.T) {
 		"heartbeat": {pglease.Config{Heartbeat: 200 * time.Millisecond}, pglease.Config{Heartbeat: 200 * time.Millisecond, Deadline: time.Second, ServerTimeout: 2 * time.Second}},
 		"short deadline": {pglease.Config{Deadline: 30 * time.Millisecond},
 			pglease.Config{Heartbeat: pglease.MinHeartbeat, Deadline: 30 * time.Millisecond, ServerTimeout: 60 * time.Millisecond}},
+		"short server timeout": {pglease.Config{ServerTimeout: 30 * time.Millisecond},
+			pglease.Config{Heartbeat: pglease.MinHeartbeat, Deadline: 15 * time.Millisecond, ServerTimeout: 30 * time.Millisecond}},
+		"heartbeat, server timeout": {pglease.Config{Heartbeat: 100 * time.Millisecond, ServerTimeout: 10 * time.Second},
+			pglease.Config{Heartbeat: 100 * time.Millisecond, Deadline: 5 * time.Second, ServerTimeout: 10 * time.Second}},
+		"heartbeat over the derived deadline": {pglease.Config{Heartbeat: 6 * time.Second, ServerTimeout: 20 * time.Second},
+			pglease.Config{Heartbeat: 6 * time.Second, Deadline: 10 * time.Second, ServerTimeout: 20 * time.Second}},
+		"heartbeat over half the server timeout": {pglease.Config{Heartbeat: 2 * time.Second, ServerTimeout: 3 * time.Second},
+			pglease.Config{Heartbeat: 2 * time.Second, Deadline: 2500 * time.Millisecond, ServerTimeout: 3 * time.Second}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := pglease.WithDefaults(tc.cfg)
@@ -456,4 +466,33 @@ func TestDefaultsDerive(t *testing.T) {
 		})
 	}
 	unlock(t, lock(t, pglease.Config{ServerTimeout: 3 * time.Second}, newPool(t, server, server.Addr()), "derived"))
+}
+
+// TestShortDurationHolds: a Config that sets one short duration and leaves
+// the others zero takes a lease on the real server that its session
+// confirms three times over, and releases it, on a shared session and on a
+// session of its own: the derived fields work, none is refused.
+func TestShortDurationHolds(t *testing.T) {
+	pool := newPool(t, server, server.Addr())
+	for name, cfg := range map[string]pglease.Config{
+		"deadline 1s":       {Deadline: time.Second},
+		"server timeout 2s": {ServerTimeout: 2 * time.Second},
+	} {
+		for _, own := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s own=%v", name, own), func(t *testing.T) {
+				rec := newRecorder()
+				cfg.OwnSession, cfg.Observer = own, rec
+				l := lock(t, cfg, pool, "short "+t.Name())
+				rec.waitFor(t, health.Renewed, 3)
+				if err := l.Signal().Err(); err != nil {
+					t.Fatalf("Err() = %v, want nil", err)
+				}
+				h := l.Health()
+				if h.Deadline.Sub(h.Renewed) != time.Second {
+					t.Errorf("Health() = %+v, want a deadline 1s after the renewal", h)
+				}
+				unlock(t, l)
+			})
+		}
+	}
 }

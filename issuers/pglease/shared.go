@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // notifyChannel is the channel on which an Unlock of a shared session
@@ -55,7 +57,9 @@ type shared struct {
 	err       error         // the session's end, once known
 	left      time.Duration // the deadline less the time the statement at confirmed was answered
 
-	observers atomic.Int32 // leases on the session with an observer
+	observers atomic.Int32 // leases on the session with an observer, told of the grant
+	risk      health.Watch // AtRisk when the session's statements go unconfirmed, armed only while observers > 0
+	riskArms  atomic.Int64 // how many times risk was armed, for the tests
 
 	quit chan struct{} // closed at the end: keep returns
 	done chan struct{} // closed when follow returned and the connection is closed
@@ -311,6 +315,7 @@ func (sh *shared) confirm(sent time.Time) {
 	sh.wmu.Unlock()
 	if moved && sh.observers.Load() > 0 {
 		sh.renewed(sent)
+		sh.armRisk(sent)
 	}
 }
 
@@ -380,8 +385,12 @@ func (sh *shared) fail(cause error) {
 	queue := sh.queue
 	sh.queue = nil
 	sh.wmu.Unlock()
-	for _, l := range sh.set.drop(sh) {
-		l.lose(cause)
+	leases := sh.set.drop(sh)
+	lost := leases[:0]
+	for _, l := range leases {
+		if l.loseQuietly(cause) {
+			lost = append(lost, l)
+		}
 	}
 	close(sh.quit)
 	sh.nc.SetDeadline(time.Unix(1, 0))
@@ -390,6 +399,13 @@ func (sh *shared) fail(cause error) {
 			p.reply <- reply{err: errSessionGone{cause}}
 		}
 	}
+	// Every lease is lost before any observer is told, and the watch
+	// stops after: nothing waits for an observer between knowing and the
+	// losses.
+	for _, l := range lost {
+		l.lost(cause)
+	}
+	sh.risk.Stop()
 }
 
 // end ends the session with cause, as fail does, and answers p, a
