@@ -14,6 +14,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/zukhruf/lease/internal/gobin"
 	"github.com/zukhruf/lease/internal/lockset/history"
 	"github.com/zukhruf/lease/issuers/s3lease"
 )
@@ -26,29 +27,26 @@ const (
 	s3Bucket    = "lockset"
 )
 
-// versitygwBin is the versitygw that s3lease's tests build into the user's
-// cache folder (make s3-versitygw); VERSITYGW overrides it.
-func versitygwBin() (string, error) {
-	if b := os.Getenv("VERSITYGW"); b != "" {
-		return b, nil
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no cache folder for versitygw (set VERSITYGW): %w", err)
-	}
-	return filepath.Join(cache, "zukhruf-lease", "versitygw-v1.8.0"), nil
+// versitygw is the versitygw that s3lease's tests build into the user's
+// cache folder (make s3-versitygw), of the version that their module pins;
+// VERSITYGW overrides it.
+var versitygw = gobin.Binary{
+	Name:    "versitygw",
+	Module:  "github.com/versity/versitygw",
+	Package: "github.com/versity/versitygw/cmd/versitygw",
+	Dir:     gobin.Beside("../../issuers/s3lease/internal/s3test/versitygw"),
+	Env:     "VERSITYGW",
+	Make:    "s3-versitygw",
+	Took:    "a cold build takes minutes",
 }
 
 // versitygwCommand returns the command of a versitygw on its posix backend
 // in dir, at port, which a restart after SIGKILL finds again: one file an
 // object.
 func versitygwCommand(dir string, port int) (*exec.Cmd, error) {
-	bin, err := versitygwBin()
+	bin, err := versitygw.Ensure(func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) })
 	if err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("%s not found (set VERSITYGW): build it with make s3-versitygw: %w", bin, err)
 	}
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {

@@ -1,9 +1,10 @@
 // Package s3server runs versitygw, the S3 gateway of the s3fence tests, on
 // its posix backend in a temporary folder, in a process of its own. It
 // runs the binary that make s3-versitygw builds and keeps in the user's
-// cache folder (zukhruf-lease/versitygw-v1.8.0; the environment variable
+// cache folder (zukhruf-lease/versitygw-VERSION; the environment variable
 // VERSITYGW names another file), and builds it there first if it is
-// missing, from the module beside issuers/s3lease's test server.
+// missing, from the module beside issuers/s3lease's test server, which
+// pins VERSION.
 package s3server
 
 import (
@@ -13,18 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-)
 
-// version is the versitygw the binary is built from; the module that
-// builds it pins the same.
-const version = "v1.8.0"
+	"github.com/zukhruf/lease/internal/gobin"
+)
 
 // The root user's keys.
 const (
@@ -116,31 +113,19 @@ func Client(addr string) *minio.Client {
 	return c
 }
 
+// versitygw is the binary, built by package gobin from the module beside
+// issuers/s3lease's test server, as make s3-versitygw builds it.
+var versitygw = gobin.Binary{
+	Name:    "versitygw",
+	Module:  "github.com/versity/versitygw",
+	Package: "github.com/versity/versitygw/cmd/versitygw",
+	Dir:     gobin.Beside("../../../../issuers/s3lease/internal/s3test/versitygw"),
+	Env:     "VERSITYGW",
+	Make:    "s3-versitygw",
+	Took:    "a cold build takes minutes",
+}
+
 // binary returns the versitygw binary, building it if it is missing.
 func binary() (string, error) {
-	if p := os.Getenv("VERSITYGW"); p != "" {
-		return p, nil
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("s3server: no cache folder (set VERSITYGW): %w", err)
-	}
-	path := filepath.Join(cache, "zukhruf-lease", "versitygw-"+version)
-	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
-		return path, nil
-	}
-	_, file, _, _ := runtime.Caller(0)
-	mod := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "issuers", "s3lease", "internal", "s3test", "versitygw")
-	fmt.Fprintf(os.Stderr, "s3server: building versitygw %s into %s (make s3-versitygw does it ahead)\n", version, path)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return "", err
-	}
-	tmp := path + ".tmp-" + strconv.Itoa(os.Getpid())
-	defer os.Remove(tmp)
-	cmd := exec.Command("go", "build", "-o", tmp, "github.com/versity/versitygw/cmd/versitygw")
-	cmd.Dir = mod
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("s3server: build versitygw in %s: %w: %s", mod, err, out)
-	}
-	return path, os.Rename(tmp, path)
+	return versitygw.Ensure(func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) })
 }

@@ -1,6 +1,7 @@
 package kubebin_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,7 +159,7 @@ printf '#!/bin/sh\n' > "$3" && chmod +x "$3"
 	for i := range calls {
 		wg.Go(func() {
 			paths[i], errs[i] = kubebin.EnsureIn(mod, func(format string, args ...any) {
-				logs[i] = append(logs[i], format)
+				logs[i] = append(logs[i], fmt.Sprintf(format, args...))
 			})
 		})
 	}

@@ -57,3 +57,22 @@ func TestEnsureFound(t *testing.T) {
 		t.Errorf("ensure() = %q, %v (build logged: %v), want %q without a build", got, err, built, bin)
 	}
 }
+
+// TestPath: the module beside the source requires a version, and the binary
+// is kept by it under the user's cache folder, where make nats-server put it.
+func TestPath(t *testing.T) {
+	dir, err := ModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Version(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	t.Setenv(Env, "")
+	if got, err := Path(dir); err != nil || got != filepath.Join(cache, "zukhruf-lease", "nats-server-"+v) {
+		t.Errorf("Path() = %q, %v, want nats-server-%s under %s", got, err, v, cache)
+	}
+}
