@@ -133,6 +133,49 @@ func TestObserverEvents(t *testing.T) {
 	}
 }
 
+// TestObserverRenewalFailed: a renewal that fails before the deadline (its
+// connection reset while the apiserver heard nothing of it) is reported
+// RenewalFailed, then AtRisk, each with its error and the time left; the
+// renewal sent again is confirmed, and the lease lives on.
+func TestObserverRenewalFailed(t *testing.T) {
+	p, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rec := newRecorder()
+	cfg := k8slease.Config{LeaseDuration: 6 * time.Second, Observer: rec}
+	l := mustLock(t, cfg, clientset(t, shared.ConfigVia(p.Addr())), leaseName(t), "a")
+	rec.waitFor(t, health.Renewed, 1)
+	p.Drop(faultnet.ToServer)
+	time.Sleep(1500 * time.Millisecond) // the next renewal, sent each second, hangs
+	p.Cut()
+	p.Heal()
+	all := rec.waitFor(t, health.RenewalFailed, 1)
+	all = rec.waitFor(t, health.Renewed, count(all, health.Renewed)+1)
+	if err := l.Signal().Err(); err != nil {
+		t.Fatalf("lost: %v", err)
+	}
+	failed := slices.IndexFunc(all, func(e health.Event) bool { return e.Kind == health.RenewalFailed })
+	f := all[failed]
+	if f.Err == nil || f.Margin <= 0 || f.Sent.IsZero() || !f.Deadline.After(f.Sent) {
+		t.Errorf("renewal failed = %+v, want its error, a margin > 0, its send time and deadline", f)
+	}
+	if r := all[failed+1]; r.Kind != health.AtRisk || r.Err != f.Err || r.Margin != f.Margin {
+		t.Errorf("after RenewalFailed: %v (%v, margin %v), want AtRisk with its error and margin", r.Kind, r.Err, r.Margin)
+	}
+}
+
+func count(es []health.Event, kind health.Kind) int {
+	n := 0
+	for _, e := range es {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
 // TestUnlockCancelledContext: an Unlock whose context has ended still
 // sends its release, and says it did: nil, and a waiting Lock is granted
 // at once, long before the 60 s lease could expire.
@@ -294,9 +337,10 @@ func slowedRun(ctx context.Context, name string, renewals int, share float64) (s
 
 // TestAtRiskBeforeLoss: a 2 s lease renewed twice, then its link to the
 // apiserver slowed to a round trip of 80% of its deadline span, is lost;
-// before the loss, and after the slowing, its observer is told AtRisk,
-// and nothing after the Lost event; in each of 30 trials, each with its
-// own proxy, clientset and Lease, atOnce at a time.
+// after the slowing and before the deadline its observer is told AtRisk,
+// after the deadline nothing but the Lost event, and nothing after that;
+// in each of 30 trials, each with its own proxy, clientset and Lease,
+// atOnce at a time.
 func TestAtRiskBeforeLoss(t *testing.T) {
 	const trials, atOnce = 30, 10
 	outs, errs := make([]slowed, trials), make([]error, trials)
@@ -322,6 +366,13 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 		lost := slices.IndexFunc(out.events, func(e stamped) bool { return e.Kind == health.Lost })
 		if after := out.events[lost+1:]; len(after) > 0 {
 			t.Errorf("trial %d: events after the loss: %v", i, kindsOf(unstamp(after)))
+		}
+		for _, e := range out.events[:lost] {
+			// The renewal cut by the deadline warns of nothing: the
+			// deadline's Lost tells it.
+			if !e.at.Before(out.deadline) {
+				t.Errorf("trial %d: %v %v after the deadline, before the Lost event (margin %v, %v)", i, e.Kind, e.at.Sub(out.deadline), e.Margin, e.Err)
+			}
 		}
 		w, ok := out.warning()
 		if !ok {
