@@ -163,7 +163,8 @@ type slowedTerm struct {
 // renewed twice, then whose lease's link to the apiserver was slowed to a
 // round trip of 80% of the deadline span, is lost at the deadline; the
 // observer of Options.Config is told AtRisk for that term's lease after the
-// slowing and before the deadline, and that term's events end with Lost.
+// slowing and before the deadline, nothing but Lost after the deadline, and
+// that term's events end with Lost.
 // The trials run side by side, each a replica of its own.
 func TestTermAtRiskBeforeLoss(t *testing.T) {
 	const trials = 5
@@ -211,6 +212,11 @@ func TestTermAtRiskBeforeLoss(t *testing.T) {
 		es := st.rec.of(st.lease.Token())
 		if last := es[len(es)-1]; last.Kind != health.Lost || !errors.Is(last.Err, k8slease.ErrRenewalUnconfirmed) {
 			t.Errorf("%s's first term: events %v, the last with %v; want Lost last, with ErrRenewalUnconfirmed", st.r.who, stampedKinds(es), last.Err)
+		}
+		for _, e := range es[:len(es)-1] {
+			if !e.at.Before(st.deadline) {
+				t.Errorf("%s's first term: %v %v after the deadline, before the Lost event", st.r.who, e.Kind, e.at.Sub(st.deadline))
+			}
 		}
 		var warning *stamped
 		for i, e := range es {
