@@ -3,14 +3,19 @@ package k8slease_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/k8slease"
 	"github.com/zukhruf/lease/lost"
 )
@@ -128,6 +133,49 @@ func TestObserverEvents(t *testing.T) {
 	}
 }
 
+// TestObserverRenewalFailed: a renewal that fails before the deadline (its
+// connection reset while the apiserver heard nothing of it) is reported
+// RenewalFailed, then AtRisk, each with its error and the time left; the
+// renewal sent again is confirmed, and the lease lives on.
+func TestObserverRenewalFailed(t *testing.T) {
+	p, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rec := newRecorder()
+	cfg := k8slease.Config{LeaseDuration: 6 * time.Second, Observer: rec}
+	l := mustLock(t, cfg, clientset(t, shared.ConfigVia(p.Addr())), leaseName(t), "a")
+	rec.waitFor(t, health.Renewed, 1)
+	p.Drop(faultnet.ToServer)
+	time.Sleep(1500 * time.Millisecond) // the next renewal, sent each second, hangs
+	p.Cut()
+	p.Heal()
+	all := rec.waitFor(t, health.RenewalFailed, 1)
+	all = rec.waitFor(t, health.Renewed, count(all, health.Renewed)+1)
+	if err := l.Signal().Err(); err != nil {
+		t.Fatalf("lost: %v", err)
+	}
+	failed := slices.IndexFunc(all, func(e health.Event) bool { return e.Kind == health.RenewalFailed })
+	f := all[failed]
+	if f.Err == nil || f.Margin <= 0 || f.Sent.IsZero() || !f.Deadline.After(f.Sent) {
+		t.Errorf("renewal failed = %+v, want its error, a margin > 0, its send time and deadline", f)
+	}
+	if r := all[failed+1]; r.Kind != health.AtRisk || r.Err != f.Err || r.Margin != f.Margin {
+		t.Errorf("after RenewalFailed: %v (%v, margin %v), want AtRisk with its error and margin", r.Kind, r.Err, r.Margin)
+	}
+}
+
+func count(es []health.Event, kind health.Kind) int {
+	n := 0
+	for _, e := range es {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
 // TestUnlockCancelledContext: an Unlock whose context has ended still
 // sends its release, and says it did: nil, and a waiting Lock is granted
 // at once, long before the 60 s lease could expire.
@@ -167,4 +215,183 @@ func TestUnlockCancelledContext(t *testing.T) {
 			t.Logf("Unlock(%s context) → waiting Lock granted in %v", tc.name, g.at.Sub(start))
 		})
 	}
+}
+
+// stamped is an event and the time it was observed.
+type stamped struct {
+	health.Event
+	at time.Time
+}
+
+// stampRecorder is an Observer that keeps every event with its time.
+type stampRecorder struct {
+	mu  sync.Mutex
+	all []stamped
+}
+
+func (r *stampRecorder) Observe(e health.Event) {
+	r.mu.Lock()
+	r.all = append(r.all, stamped{e, time.Now()})
+	r.mu.Unlock()
+}
+
+func (r *stampRecorder) events() []stamped {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// count returns how many events of kind were observed.
+func (r *stampRecorder) count(kind health.Kind) int {
+	n := 0
+	for _, e := range r.events() {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// slowed is the outcome of a slowed-link trial: the events, the time the
+// link was slowed, and the deadline the lease was lost at.
+type slowed struct {
+	events   []stamped
+	slowedAt time.Time
+	deadline time.Time
+}
+
+// warning returns the first AtRisk event observed after the link was
+// slowed and before the deadline the lease was lost at, and whether there
+// is one: an event before the slowing (a renewal made slow by a loaded
+// machine) warns of nothing that follows, and one after the deadline (the
+// renewal cut by it, reported failed) of nothing at all.
+func (s slowed) warning() (stamped, bool) {
+	for _, e := range s.events {
+		switch {
+		case e.Kind == health.Lost || !e.at.Before(s.deadline):
+			return stamped{}, false
+		case e.Kind == health.AtRisk && !e.at.Before(s.slowedAt):
+			return e, true
+		}
+	}
+	return stamped{}, false
+}
+
+// slowedRun holds a 2 s lease through a proxy of its own, on a clientset
+// of its own, until renewals renewals were confirmed; then it delays every
+// byte of the link by half of share of the lease's deadline span each way
+// (a round trip of share of the span), waits for the loss, heals the link,
+// unlocks and returns every event the lease's observer was told of. It is
+// safe to run beside other trials: it reports failures as errors.
+func slowedRun(ctx context.Context, name string, renewals int, share float64) (slowed, error) {
+	var out slowed
+	p, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		return out, err
+	}
+	defer p.Close()
+	cfg := shared.ConfigVia(p.Addr())
+	cfg.Dial = (&net.Dialer{}).DialContext // a transport of its own
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return out, err
+	}
+	defer cs.CoordinationV1().RESTClient().(*rest.RESTClient).Client.CloseIdleConnections()
+	rec := &stampRecorder{}
+	l, err := k8slease.Config{LeaseDuration: 2 * time.Second, Observer: rec}.Lock(ctx, cs, ns, name, "a")
+	if err != nil {
+		return out, err
+	}
+	for rec.count(health.Renewed) < renewals {
+		select {
+		case <-l.Signal().Done():
+			l.Unlock(context.Background())
+			return out, fmt.Errorf("lost before %d renewals on a healthy link: %w", renewals, l.Signal().Err())
+		case <-ctx.Done():
+			l.Unlock(context.Background())
+			return out, fmt.Errorf("%d renewals: %w", renewals, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	h := l.Health()
+	out.slowedAt = time.Now()
+	p.Delay(time.Duration(share * float64(h.Deadline.Sub(h.Renewed)) / 2))
+	select {
+	case <-l.Signal().Done():
+	case <-ctx.Done():
+		l.Unlock(context.Background())
+		return out, fmt.Errorf("the lease was not lost through the slowed link: %w", ctx.Err())
+	}
+	out.deadline = l.Health().Deadline
+	p.Heal()
+	l.Unlock(context.Background()) // nothing to report after the loss
+	// The loss is reported right after the signal is lost.
+	for start := time.Now(); rec.count(health.Lost) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			return out, fmt.Errorf("no Lost event within 10 s of the loss: %v", l.Signal().Err())
+		}
+	}
+	out.events = rec.events()
+	return out, nil
+}
+
+// TestAtRiskBeforeLoss: a 2 s lease renewed twice, then its link to the
+// apiserver slowed to a round trip of 80% of its deadline span, is lost;
+// after the slowing and before the deadline its observer is told AtRisk,
+// after the deadline nothing but the Lost event, and nothing after that;
+// in each of 30 trials, each with its own proxy, clientset and Lease,
+// atOnce at a time.
+func TestAtRiskBeforeLoss(t *testing.T) {
+	const trials, atOnce = 30, 10
+	outs, errs := make([]slowed, trials), make([]error, trials)
+	slots := make(chan struct{}, atOnce)
+	var wg sync.WaitGroup
+	base := leaseName(t)
+	for i := range trials {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			outs[i], errs[i] = slowedRun(ctx, fmt.Sprintf("%s-%d", base, i), 2, 0.8)
+		})
+	}
+	wg.Wait()
+	warned, lead := 0, []time.Duration{}
+	for i, out := range outs {
+		if errs[i] != nil {
+			t.Errorf("trial %d: %v", i, errs[i])
+			continue
+		}
+		lost := slices.IndexFunc(out.events, func(e stamped) bool { return e.Kind == health.Lost })
+		if after := out.events[lost+1:]; len(after) > 0 {
+			t.Errorf("trial %d: events after the loss: %v", i, kindsOf(unstamp(after)))
+		}
+		for _, e := range out.events[:lost] {
+			// The renewal cut by the deadline warns of nothing: the
+			// deadline's Lost tells it.
+			if !e.at.Before(out.deadline) {
+				t.Errorf("trial %d: %v %v after the deadline, before the Lost event (margin %v, %v)", i, e.Kind, e.at.Sub(out.deadline), e.Margin, e.Err)
+			}
+		}
+		w, ok := out.warning()
+		if !ok {
+			t.Errorf("trial %d: lost via %v with no AtRisk between the slowing and the deadline: %v", i, out.events[lost].Via, kindsOf(unstamp(out.events)))
+			continue
+		}
+		warned++
+		lead = append(lead, out.deadline.Sub(w.at))
+	}
+	slices.Sort(lead)
+	if len(lead) > 0 {
+		t.Logf("AtRisk before the loss in %d of %d trials, %v before the deadline (median; least %v)", warned, trials, lead[len(lead)/2], lead[0])
+	}
+}
+
+func unstamp(es []stamped) []health.Event {
+	out := make([]health.Event, len(es))
+	for i, e := range es {
+		out[i] = e.Event
+	}
+	return out
 }

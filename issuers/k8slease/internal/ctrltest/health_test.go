@@ -2,12 +2,14 @@ package ctrltest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/ctrllease"
 	"github.com/zukhruf/lease/issuers/k8slease"
 )
@@ -94,5 +96,144 @@ func TestObserverSeesTerms(t *testing.T) {
 	}
 	if n := len(slices.DeleteFunc(slices.Clone(ks), func(k health.Kind) bool { return k != health.Granted })); n != 2 {
 		t.Errorf("events = %v: %d grants, want 2 terms", ks, n)
+	}
+}
+
+// stamped is an event and the time it was observed.
+type stamped struct {
+	health.Event
+	at time.Time
+}
+
+// stampRecorder is an Observer that keeps every event with its time.
+type stampRecorder struct {
+	mu  sync.Mutex
+	all []stamped
+}
+
+func (r *stampRecorder) Observe(e health.Event) {
+	r.mu.Lock()
+	r.all = append(r.all, stamped{e, time.Now()})
+	r.mu.Unlock()
+}
+
+// of returns the events of the lease whose token is token.
+func (r *stampRecorder) of(token int64) []stamped {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []stamped
+	for _, e := range r.all {
+		if e.Token == token {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func count(es []stamped, kind health.Kind) int {
+	n := 0
+	for _, e := range es {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+func stampedKinds(es []stamped) []health.Kind {
+	var k []health.Kind
+	for _, e := range es {
+		k = append(k, e.Kind)
+	}
+	return k
+}
+
+// slowedTerm is a replica whose lease's link to the apiserver (not its
+// Manager's) goes through a proxy of its own.
+type slowedTerm struct {
+	r        *replica
+	p        *faultnet.Proxy
+	rec      *stampRecorder
+	lease    *k8slease.Lease // the first term's
+	slowedAt time.Time
+	deadline time.Time // the deadline the first term's lease was lost at
+}
+
+// TestTermAtRiskBeforeLoss: the first term of a replica whose lease was
+// renewed twice, then whose lease's link to the apiserver was slowed to a
+// round trip of 80% of the deadline span, is lost at the deadline; the
+// observer of Options.Config is told AtRisk for that term's lease after the
+// slowing and before the deadline, nothing but Lost after the deadline, and
+// that term's events end with Lost.
+// The trials run side by side, each a replica of its own.
+func TestTermAtRiskBeforeLoss(t *testing.T) {
+	const trials = 5
+	b := &book{}
+	terms := make([]*slowedTerm, trials)
+	for i := range terms {
+		p, err := faultnet.Listen(shared.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		st := &slowedTerm{p: p, rec: &stampRecorder{}}
+		name, cm := uniqueName(t), uniqueName(t)
+		makeConfigMap(t, cm)
+		st.r = startReplica(t, b, fmt.Sprint("a", i), name, cm, replicaOptions{opts: func(o *ctrllease.Options) {
+			o.Config.Observer = st.rec
+			o.Client = clientset(t, shared.ConfigVia(p.Addr()))
+		}})
+		terms[i] = st
+	}
+	for _, st := range terms {
+		waitLeading(t, b, st.r, 1)
+		st.lease = st.r.lease()
+		waitFor(t, time.Minute, st.r.who+"'s 2 renewals", func() bool { return count(st.rec.of(st.lease.Token()), health.Renewed) >= 2 })
+		h := st.lease.Health()
+		st.slowedAt = time.Now()
+		st.p.Delay(time.Duration(0.8 * float64(h.Deadline.Sub(h.Renewed)) / 2))
+	}
+	for _, st := range terms {
+		select {
+		case <-st.lease.Signal().Done():
+		case <-time.After(time.Minute):
+			t.Fatalf("%s's first term was not lost through the slowed link within a minute", st.r.who)
+		}
+		st.deadline = st.lease.Health().Deadline
+		waitFor(t, 10*time.Second, st.r.who+"'s Lost event", func() bool { return count(st.rec.of(st.lease.Token()), health.Lost) > 0 })
+	}
+	for _, st := range terms {
+		st.r.stop()
+		<-st.r.done
+		st.p.Heal()
+	}
+	warned, lead := 0, []time.Duration{}
+	for _, st := range terms {
+		es := st.rec.of(st.lease.Token())
+		if last := es[len(es)-1]; last.Kind != health.Lost || !errors.Is(last.Err, k8slease.ErrRenewalUnconfirmed) {
+			t.Errorf("%s's first term: events %v, the last with %v; want Lost last, with ErrRenewalUnconfirmed", st.r.who, stampedKinds(es), last.Err)
+		}
+		for _, e := range es[:len(es)-1] {
+			if !e.at.Before(st.deadline) {
+				t.Errorf("%s's first term: %v %v after the deadline, before the Lost event", st.r.who, e.Kind, e.at.Sub(st.deadline))
+			}
+		}
+		var warning *stamped
+		for i, e := range es {
+			if e.Kind == health.AtRisk && !e.at.Before(st.slowedAt) && e.at.Before(st.deadline) {
+				warning = &es[i]
+				break
+			}
+		}
+		if warning == nil {
+			t.Errorf("%s's first term: no AtRisk between the slowing and the deadline: %v", st.r.who, stampedKinds(es))
+			continue
+		}
+		warned++
+		lead = append(lead, st.deadline.Sub(warning.at))
+	}
+	slices.Sort(lead)
+	if len(lead) > 0 {
+		t.Logf("AtRisk before the loss in %d of %d terms, %v before the deadline (median; least %v)", warned, trials, lead[len(lead)/2], lead[0])
 	}
 }
