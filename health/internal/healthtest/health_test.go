@@ -179,6 +179,10 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 		}
 		var risk *health.Event
 		for j, e := range events {
+			if (e.Kind == health.AtRisk || e.Kind == health.RenewalFailed) && e.Margin <= 0 {
+				// Past the deadline only the Lost event may tell.
+				t.Errorf("trial %d: %v with %v left, past the deadline", i, e.Kind, e.Margin)
+			}
 			if e.Kind == health.AtRisk && risk == nil {
 				risk = &events[j]
 			}
