@@ -69,6 +69,18 @@ func TestNotifyFailedIsAtRisk(t *testing.T) {
 	}
 }
 
+// TestNotifyFailedPastDeadline: a failure known at or past the deadline
+// tells nothing; the Lost event that follows does.
+func TestNotifyFailedPastDeadline(t *testing.T) {
+	var r record
+	e := health.Event{Subject: "orders", Deadline: t0, Err: errors.New("i/o timeout")}
+	health.NotifyFailed(&r, e, t0)
+	health.NotifyFailed(&r, e, t0.Add(time.Millisecond))
+	if len(r) != 0 {
+		t.Errorf("a failure past the deadline told %v", r.kinds())
+	}
+}
+
 func TestNotifyNilObserver(t *testing.T) {
 	// Nothing to observe, nothing panics.
 	e := health.Event{Subject: "orders"}

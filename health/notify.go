@@ -35,9 +35,12 @@ func NotifyRenewed(o Observer, e Event, confirmed time.Time) {
 
 // NotifyFailed reports a renewal that failed with e.Err, known at now,
 // while the deadline e.Deadline is in force: it sets Margin, and reports
-// AtRisk after it.
+// AtRisk after it. A failure known at or past the deadline is not
+// reported: a renewal cut by the deadline fails as the deadline loses the
+// lease, and the Lost event that follows tells it; a warning then would
+// come after the fact.
 func NotifyFailed(o Observer, e Event, now time.Time) {
-	if o == nil {
+	if o == nil || !now.Before(e.Deadline) {
 		return
 	}
 	e.Kind = RenewalFailed

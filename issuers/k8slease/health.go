@@ -68,16 +68,9 @@ func (l *Lease) renewalFailed(sent time.Time, err error) {
 	if l.ctrl.Signal().Err() != nil {
 		return // a renewal cut by the loss tells nothing more
 	}
-	now, at := time.Now(), l.deadline.current()
-	if !now.Before(at) {
-		// A renewal cut by the deadline (its request ends there) failed
-		// as the deadline's timer loses the lease: the Lost event that
-		// follows tells it, and a warning now would come after the fact.
-		return
-	}
 	e := l.event()
-	e.Sent, e.Deadline, e.Err = sent, at, err
-	health.NotifyFailed(o, e, now)
+	e.Sent, e.Deadline, e.Err = sent, l.deadline.current(), err
+	health.NotifyFailed(o, e, time.Now()) // nothing past the deadline: the Lost tells it
 }
 
 func (l *Lease) loseAtDeadline(cause error) { l.loseVia(health.Deadline, cause) }
