@@ -101,14 +101,17 @@ func (l *Lease) renew(ctx context.Context) time.Time {
 		l.deadline.confirm(sent)
 		return sent.Add(l.cfg.RenewPeriod)
 	case refused(gctx) != nil:
-		l.lose(fmt.Errorf("%w: renewal of key %q: %w", ErrRefused, l.key, refused(gctx)))
+		l.loseAnswer(fmt.Errorf("%w: renewal of key %q: %w", ErrRefused, l.key, refused(gctx)))
 	case wrongLastSequence(err):
 		// Another write came after revision rev: another client's, which
 		// the watcher loses the lease for, or this lease's own renewal
 		// whose answer was lost, which the watcher records. Until it
 		// does, try again; the deadline bounds the wait.
+		l.renewalFailed(sent, err)
 	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound):
-		l.lose(fmt.Errorf("%w: renewal of key %q: %w", ErrRefused, l.key, err))
+		l.loseAnswer(fmt.Errorf("%w: renewal of key %q: %w", ErrRefused, l.key, err))
+	default:
+		l.renewalFailed(sent, err)
 	}
 	return retry
 }

@@ -1,0 +1,307 @@
+package natslease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/natslease"
+	"github.com/zukhruf/lease/issuers/natslease/internal/natstest"
+	"github.com/zukhruf/lease/lost"
+)
+
+// recorder is an Observer that keeps every event and wakes the test.
+type recorder struct {
+	mu  sync.Mutex
+	all []health.Event
+	new chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
+
+func (r *recorder) Observe(e health.Event) {
+	r.mu.Lock()
+	r.all = append(r.all, e)
+	r.mu.Unlock()
+	select {
+	case r.new <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) events() []health.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// await waits until n events of kind arrived, at most within, and returns
+// every event.
+func (r *recorder) await(kind health.Kind, n int, within time.Duration) ([]health.Event, error) {
+	guard := time.NewTimer(within)
+	defer guard.Stop()
+	for {
+		all := r.events()
+		count := 0
+		for _, e := range all {
+			if e.Kind == kind {
+				count++
+			}
+		}
+		if count >= n {
+			return all, nil
+		}
+		select {
+		case <-r.new:
+		case <-guard.C:
+			return all, fmt.Errorf("%d %v events within %v, want %d: %v", count, kind, within, n, kindsOf(all))
+		}
+	}
+}
+
+// waitFor is await for a test: it fails the test after a minute.
+func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
+	t.Helper()
+	all, err := r.await(kind, n, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
+}
+
+func kindsOf(es []health.Event) []health.Kind {
+	var k []health.Kind
+	for _, e := range es {
+		k = append(k, e.Kind)
+	}
+	return k
+}
+
+// TestObserverEvents: a lease's observer is told of its grant, its
+// renewals in order with their margins, and its release; another's, of its
+// grant and its loss, with the *lost.Error and how it was learned. The
+// first lease has a 1 s TTL and every other field zero: the defaults
+// derived from it renew in time.
+func TestObserverEvents(t *testing.T) {
+	nc := client(t, shared.URL(natstest.App))
+	rec := newRecorder()
+	cfg := natslease.Config{TTL: time.Second, Observer: rec}
+	key := keyName(t)
+	l := mustLock(t, cfg, nc, key)
+	rec.waitFor(t, health.Renewed, 2)
+	h := l.Health()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := rec.events()
+	ks := kindsOf(all)
+	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
+		t.Fatalf("events = %v, want granted first and released last", ks)
+	}
+	var last time.Time
+	for _, e := range all[1 : len(all)-1] {
+		switch e.Kind {
+		case health.Renewed:
+			if !e.Sent.After(last) || e.Margin <= 0 || e.Deadline.Sub(e.Sent) != 900*time.Millisecond || e.RoundTrip <= 0 {
+				t.Errorf("renewed: sent %v after %v, margin %v, round trip %v, deadline %v after the send; want later sends, a margin > 0, a round trip, TTL less margin",
+					e.Sent, last, e.Margin, e.RoundTrip, e.Deadline.Sub(e.Sent))
+			}
+			last = e.Sent
+		case health.AtRisk, health.RenewalFailed: // a slow renewal on a loaded machine
+		default:
+			t.Errorf("event %v between the grant and the release", e.Kind)
+		}
+	}
+	if g := all[0]; g.Subject != key || g.Token != l.Token() || g.Issuer != "natslease" || g.Wait <= 0 {
+		t.Errorf("granted = %+v, want subject %q, token %d, a wait", g, key, l.Token())
+	}
+	if r := all[len(all)-1]; r.Err != nil || r.Token != l.Token() {
+		t.Errorf("released = %+v, want no error and token %d", r, l.Token())
+	}
+	if h.Deadline.Sub(h.Renewed) != 900*time.Millisecond || h.Margin <= 0 || h.Margin > 900*time.Millisecond {
+		t.Errorf("Health() = %+v, want a deadline 900 ms after the renewal and a margin in (0, 900 ms]", h)
+	}
+
+	// A loss, pushed: the key deleted by another client.
+	rec2 := newRecorder()
+	l2 := mustLock(t, natslease.Config{TTL: 10 * time.Second, Observer: rec2}, nc, key)
+	op := bucket(t, client(t, shared.URL(natstest.App)), natslease.DefaultBucket)
+	if err := op.Delete(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+	waitLost(t, l2, lossWithin)
+	all = rec2.waitFor(t, health.Lost, 1)
+	if got, want := kindsOf(all), []health.Kind{health.Granted, health.Lost}; !slices.Equal(got, want) {
+		t.Fatalf("events = %v, want %v", got, want)
+	}
+	var le *lost.Error
+	if e := all[1]; !errors.As(e.Err, &le) || e.Err != l2.Signal().Err() || e.Via != health.Push || !errors.Is(e.Err, natslease.ErrDeleted) {
+		t.Errorf("lost = %v via %v, want the signal's error %v via push", e.Err, e.Via, l2.Signal().Err())
+	}
+	l2.Unlock(context.Background())
+	if got := len(rec2.events()); got != 2 {
+		t.Errorf("the Unlock of a lost lease reported %d events more", got-2)
+	}
+}
+
+// TestObserverNilHealth: a lease with no observer has its Health all the
+// same.
+func TestObserverNilHealth(t *testing.T) {
+	l := mustLock(t, short, client(t, shared.URL(natstest.App)), keyName(t))
+	h := l.Health()
+	if h.Deadline.Sub(h.Renewed) != 1800*time.Millisecond || h.Margin <= 0 || h.Margin > 1800*time.Millisecond {
+		t.Errorf("Health() = %+v with no observer, want a deadline 1.8 s after the grant", h)
+	}
+}
+
+// TestUnlockCancelledContext: an Unlock whose context has ended still
+// sends its release, and says it did: nil, and a waiting Lock of another
+// client is granted at once, long before the 10 s TTL could free the key.
+func TestUnlockCancelledContext(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() context.Context
+	}{
+		{"cancelled", func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		}},
+		{"expired", func() context.Context {
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			_ = cancel
+			return ctx
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := keyName(t)
+			slow := natslease.Config{TTL: 10 * time.Second, RetryPeriod: 10 * time.Second}
+			l := mustLock(t, slow, client(t, shared.URL(natstest.App)), key)
+			b := lockAsync(t.Context(), slow, client(t, shared.URL(natstest.App)), key)
+			time.Sleep(50 * time.Millisecond) // B waits
+			start := time.Now()
+			if err := l.Unlock(tc.ctx()); err != nil {
+				t.Fatalf("Unlock(%s context) = %v, want nil: the release went through", tc.name, err)
+			}
+			g := <-b
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			defer g.l.Unlock(context.Background())
+			took := g.at.Sub(start)
+			t.Logf("Unlock(%s context) → waiting Lock granted in %v", tc.name, took)
+			if took >= 5*time.Second {
+				t.Errorf("the waiting Lock was granted %v after the Unlock: by the key's expiry, not the release", took)
+			}
+		})
+	}
+}
+
+// slowedTTL is the TTL of a slowed-link trial: its deadline span is the
+// TTL less the default margin of a tenth, 900 ms.
+const slowedTTL = time.Second
+
+// slowedRun holds a lease on key through a proxy of its own, lets it renew
+// twice, then delays every byte of the link by half of share of the
+// deadline span each way (a round trip of share of the span), and waits
+// for the loss; then it releases the lease. It returns every event, in
+// order, and how many had come when the link was slowed.
+func slowedRun(t *testing.T, key string, share float64) (events []health.Event, slowed int, err error) {
+	proxy, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		return nil, 0, err
+	}
+	defer proxy.Close()
+	nc := client(t, "nats://app:app@"+proxy.Addr())
+	defer nc.Close()
+	rec := newRecorder()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l, err := natslease.Config{TTL: slowedTTL, Observer: rec}.Lock(ctx, nc, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := rec.await(health.Renewed, 2, 30*time.Second); err != nil {
+		l.Unlock(context.Background())
+		return rec.events(), 0, err
+	}
+	span := slowedTTL - slowedTTL/10
+	slowed = len(rec.events())
+	proxy.Delay(time.Duration(share * float64(span) / 2))
+	select {
+	case <-l.Signal().Done():
+	case <-time.After(30 * time.Second):
+		err = errors.New("the lease was not lost within 30 s of the slowed link")
+	}
+	proxy.Heal()
+	if err == nil {
+		// The loss is reported right after the signal is lost.
+		_, err = rec.await(health.Lost, 1, 10*time.Second)
+	}
+	l.Unlock(context.Background())
+	return rec.events(), slowed, err
+}
+
+// TestAtRiskBeforeLoss: a link slowed until a round trip takes 80% of the
+// deadline span loses the lease by its deadline, and AtRisk is reported
+// after the link was slowed and before the loss, with nothing after the
+// loss, in each of 30 trials. The trials run at once, each with its own
+// proxy, client, session and key: the warning comes at two thirds of the
+// span at the latest, the loss at the deadline, a third of the span (300
+// ms) later.
+func TestAtRiskBeforeLoss(t *testing.T) {
+	const trials = 30
+	type result struct {
+		events []health.Event
+		slowed int
+		err    error
+	}
+	results := make([]result, trials)
+	var wg sync.WaitGroup
+	for i := range trials {
+		wg.Go(func() {
+			var r result
+			r.events, r.slowed, r.err = slowedRun(t, fmt.Sprintf("%s-%d", keyName(t), i), 0.8)
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	warned, lead := 0, []time.Duration{}
+	for i, r := range results {
+		if r.err != nil {
+			t.Errorf("trial %d: %v (events %v)", i, r.err, kindsOf(r.events))
+			continue
+		}
+		var risk *health.Event
+		for j, e := range r.events {
+			if e.Kind == health.AtRisk && risk == nil && j >= r.slowed {
+				risk = &r.events[j]
+			}
+			if e.Kind != health.Lost {
+				continue
+			}
+			if j != len(r.events)-1 {
+				t.Errorf("trial %d: events after the loss: %v", i, kindsOf(r.events[j+1:]))
+			}
+			if e.Via != health.Deadline || !errors.Is(e.Err, natslease.ErrRenewalUnconfirmed) {
+				t.Errorf("trial %d: lost = %v via %v, want ErrRenewalUnconfirmed via the deadline", i, e.Err, e.Via)
+			}
+			if risk == nil {
+				t.Errorf("trial %d: lost via %v with no AtRisk after the link was slowed: %v", i, e.Via, kindsOf(r.events))
+			} else {
+				warned++
+				lead = append(lead, risk.Margin) // the time left before the deadline, warned
+			}
+		}
+	}
+	slices.Sort(lead)
+	if len(lead) > 0 {
+		t.Logf("AtRisk before the loss in %d of %d trials, %v before the deadline (median; least %v)", warned, trials, lead[len(lead)/2], lead[0])
+	}
+}
