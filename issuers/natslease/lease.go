@@ -41,8 +41,8 @@ type Lease struct {
 	watch    health.Watch // warns an observer as the deadline nears unrenewed
 	obsMu    sync.Mutex   // orders the renewals' events before the loss's
 	rmu      sync.Mutex   // held by a renewal, so that Unlock releases after it
-	released atomic.Bool // Unlock began: no renewal from then on
-	leave    sync.Once   // the lease's count in its session, given back once
+	released atomic.Bool  // Unlock began: no renewal from then on
+	leave    sync.Once    // the lease's count in its session, given back once
 
 	once sync.Once
 	err  error // the release's outcome, set once
