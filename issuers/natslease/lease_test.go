@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/natslease"
 	"github.com/zukhruf/lease/issuers/natslease/internal/natstest"
@@ -263,7 +264,8 @@ func TestManyLeasesOneSession(t *testing.T) {
 
 // TestPermissionTakenAway: a holder whose permission to publish to its key
 // is taken away (the server's configuration reloaded) is lost at its next
-// renewal with ErrRefused, not at its deadline after retries.
+// renewal with ErrRefused, not at its deadline after retries; its observer
+// is told of the loss as learned from the renewal's answer.
 func TestPermissionTakenAway(t *testing.T) {
 	s := natstest.StartT(t)
 	if err := createBucket(s.URL(natstest.App), natslease.DefaultBucket, 1); err != nil {
@@ -271,7 +273,8 @@ func TestPermissionTakenAway(t *testing.T) {
 	}
 	nc := client(t, s.URL(natstest.Revocable))
 	key := keyName(t)
-	l := mustLock(t, natslease.Config{TTL: 3 * time.Second}, nc, key)
+	rec := newRecorder()
+	l := mustLock(t, natslease.Config{TTL: 3 * time.Second, Observer: rec}, nc, key)
 	if err := s.RevokePublish(); err != nil {
 		t.Fatal(err)
 	}
@@ -282,4 +285,8 @@ func TestPermissionTakenAway(t *testing.T) {
 		t.Fatalf("Err() = %v, want ErrRefused", err)
 	}
 	t.Logf("lost: %v", err)
+	all := rec.waitFor(t, health.Lost, 1)
+	if e := all[len(all)-1]; e.Kind != health.Lost || e.Via != health.Answer || e.Err != err {
+		t.Errorf("last event = %v via %v (%v), want the loss via the answer: %v", e.Kind, e.Via, e.Err, kindsOf(all))
+	}
 }
