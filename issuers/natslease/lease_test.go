@@ -214,7 +214,7 @@ func TestOperatorWrites(t *testing.T) {
 
 // TestManyLeasesOneSession: 1,000 leases of one client share one session:
 // one watcher (one consumer of the bucket's stream) and a number of
-// goroutines that does not grow with the leases.
+// goroutines that does not grow with the leases, observed or not.
 func TestManyLeasesOneSession(t *testing.T) {
 	const n = 1000
 	url := shared.URL(natstest.App)
@@ -224,13 +224,19 @@ func TestManyLeasesOneSession(t *testing.T) {
 	}
 	nc := client(t, url)
 	cfg := natslease.Config{Bucket: name, TTL: 10 * time.Second}
+	observed := cfg
+	observed.Observer = health.ObserverFunc(func(health.Event) {})
 	ctx := t.Context()
 	first := mustLock(t, cfg, nc, keyName(t))
 	_ = first
 	before := runtime.NumGoroutine()
 	var ls []*natslease.Lease
-	for range n - 1 {
-		l, err := cfg.Lock(ctx, nc, keyName(t))
+	for i := range n - 1 {
+		c := cfg
+		if i%2 == 0 {
+			c = observed
+		}
+		l, err := c.Lock(ctx, nc, keyName(t))
 		if err != nil {
 			t.Fatal(err)
 		}
