@@ -150,6 +150,65 @@ func TestObserverEvents(t *testing.T) {
 	}
 }
 
+// TestObserverRenewalFailed: a renewal that fails while the session's
+// connection is cut is told as RenewalFailed, with its error and the time
+// left, then AtRisk; the lease renews again once the session has
+// reconnected, and its release comes last.
+func TestObserverRenewalFailed(t *testing.T) {
+	proxy, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	rec := newRecorder()
+	l := mustLock(t, natslease.Config{TTL: 2 * time.Second, Observer: rec}, client(t, "nats://app:app@"+proxy.Addr()), keyName(t))
+	failed := func() int {
+		for i, e := range rec.events() {
+			if e.Kind == health.RenewalFailed {
+				return i
+			}
+		}
+		return -1
+	}
+	// Cut the session's connection until a renewal fails on it.
+	for failed() < 0 {
+		proxy.Cut()
+		select {
+		case <-rec.new:
+		case <-l.Signal().Done():
+			t.Fatalf("the lease was lost before a renewal failed: %v", l.Signal().Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	i := failed()
+	rec.waitFor(t, health.Renewed, countKind(rec.events(), health.Renewed)+1)
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := rec.events()
+	f := all[i]
+	t.Logf("renewal failed with %v left: %v", f.Margin, f.Err)
+	if f.Err == nil || f.Sent.IsZero() || f.Deadline.IsZero() || f.Margin > 1800*time.Millisecond {
+		t.Errorf("renewal failed = %+v, want its error, its send time, the deadline and the time left", f)
+	}
+	if i+1 >= len(all) || all[i+1].Kind != health.AtRisk {
+		t.Errorf("events = %v, want AtRisk right after the RenewalFailed at %d", kindsOf(all), i)
+	}
+	if last := all[len(all)-1]; last.Kind != health.Released || countKind(all, health.Lost) != 0 {
+		t.Errorf("events = %v, want no loss and the release last", kindsOf(all))
+	}
+}
+
+func countKind(es []health.Event, k health.Kind) int {
+	n := 0
+	for _, e := range es {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
 // TestObserverNilHealth: a lease with no observer has its Health all the
 // same.
 func TestObserverNilHealth(t *testing.T) {
