@@ -296,3 +296,48 @@ func TestPermissionTakenAway(t *testing.T) {
 		t.Errorf("last event = %v via %v (%v), want the loss via the answer: %v", e.Kind, e.Via, e.Err, kindsOf(all))
 	}
 }
+
+// TestResetDuringRenewal: a connection reset while a renewal waits for its
+// answer is not a loss: the renewal is given up with the connection and
+// tried again once the session has reconnected, long before the deadline.
+// The link is slowed for the renewal's request to be inside the proxy when
+// the connection is reset, so that no answer can come.
+func TestResetDuringRenewal(t *testing.T) {
+	p, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rec := newRecorder()
+	cfg := natslease.Config{TTL: 2 * time.Second, Observer: rec}
+	l := mustLock(t, cfg, client(t, "nats://app:app@"+p.Addr()), keyName(t))
+	period := cfg.TTL / 3 // the default RenewPeriod
+	for i := range 3 {
+		all := rec.waitFor(t, health.Renewed, countKind(rec.events(), health.Renewed)+1)
+		last := all[len(all)-1]
+		for j := len(all) - 1; j >= 0 && last.Kind != health.Renewed; j-- {
+			last = all[j]
+		}
+		// The next renewal is sent a period after this one; its request
+		// waits 400 ms in the proxy, and the reset comes 200 ms into it.
+		p.Delay(400 * time.Millisecond)
+		time.Sleep(time.Until(last.Sent.Add(period + 200*time.Millisecond)))
+		cut := time.Now()
+		p.Cut()
+		p.Heal()
+		for renewed := false; !renewed; {
+			select {
+			case <-rec.new:
+			case <-l.Signal().Done():
+				t.Fatalf("reset %d: the lease was lost by a reset during a renewal: %v (events %v)", i, l.Signal().Err(), kindsOf(rec.events()))
+			case <-time.After(time.Minute):
+				t.Fatalf("reset %d: no renewal within a minute", i)
+			}
+			for _, e := range rec.events() {
+				if e.Kind == health.Renewed && e.Sent.After(cut) {
+					renewed = true
+				}
+			}
+		}
+	}
+}
