@@ -29,8 +29,11 @@ nats-server:
 ## with the hand-written Create-then-Update holder beside A, leasetest's
 ## conformance suite on a single server and on a cluster of three
 ## (TestConformance, TestConformanceCluster), the mistakes, the TTL of
-## renewals checked on the server, 1,000 leases of one client, and the
-## test servers' own tests. About 3 minutes warm on 2 cores.
+## renewals checked on the server, 1,000 leases of one client, the
+## observer's events and the warning before a loss on a slowed link
+## (TestObserverEvents, TestAtRiskBeforeLoss: 30 trials), Unlock on an
+## ended context, and the test servers' own tests. About 3 minutes warm on
+## 2 cores.
 e2e-nats: nats-server
 	cd $(NATS_EXAMPLE) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 15m ./...
 

@@ -20,6 +20,7 @@ func randInt64N(n int64) int64 { return rand.Int64N(n) }
 
 // lock is Lock, and TryLock if try: one path to the grant for both.
 func (c Config) lock(ctx context.Context, nc *nats.Conn, key string, try bool) (*Lease, error) {
+	begun := time.Now()
 	call := "lock"
 	if try {
 		call = "trylock"
@@ -61,7 +62,7 @@ func (c Config) lock(ctx context.Context, nc *nats.Conn, key string, try bool) (
 		value: []byte("natslease:" + hex.EncodeToString(b[:])),
 		cfg:   c,
 	}
-	if err := l.acquire(ctx, try); err != nil {
+	if err := l.acquire(ctx, try, begun); err != nil {
 		s.leave()
 		return fail(err)
 	}
@@ -74,8 +75,9 @@ var cryptoRead = func(b []byte) { crand.Read(b) }
 // purged or expired) with the TTL, tried again when the watcher says the
 // key is free, at the latest every RetryPeriod, until ctx ends. A
 // failure that may mend (no answer, a leader election) is tried again with
-// backoff; a mistake returns at once.
-func (l *Lease) acquire(ctx context.Context, try bool) error {
+// backoff; a mistake returns at once. The grant is reported to the
+// observer as a wait from begun.
+func (l *Lease) acquire(ctx context.Context, try bool, begun time.Time) error {
 	s := l.sess
 	w := s.await(l.key)
 	defer func() {
@@ -96,9 +98,11 @@ func (l *Lease) acquire(ctx context.Context, try bool) error {
 			l.granted = rev
 			l.rev.Store(rev)
 			l.next = sent.Add(l.cfg.RenewPeriod)
+			l.grantedAt(begun)
 			// Armed before the session holds the lease: a grant whose
 			// answer came after its deadline gives a lease already lost.
-			l.deadline.start(l.cfg, sent, l.lose)
+			l.deadline.start(l.cfg, sent, l.loseAtDeadline)
+			l.armWatch()
 			s.hold(l)
 			// The waiter is removed only once the lease is held, so that
 			// every entry of the key after the grant reaches one or the

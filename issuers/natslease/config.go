@@ -7,6 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // DefaultBucket is the KV bucket of the zero [Config].
@@ -70,6 +72,13 @@ type Config struct {
 	// deleted, purged or expires (the server's marker); the period only
 	// bounds the wait after a missed event. Zero means TTL/4.
 	RetryPeriod time.Duration
+
+	// Observer, if not nil, is told of each lease's grant, renewals,
+	// failed renewals, risk, and its loss or release, after the fact (see
+	// package health). Nil, the default, costs nothing. Observe must not
+	// block: it runs on the lease's own paths (the watcher, the renewal
+	// workers, the deadline's timer).
+	Observer health.Observer
 }
 
 // withDefaults returns c with every zero field set, or an error naming the

@@ -31,6 +31,9 @@ type deadline struct {
 	at      time.Time // when the lease is lost unless a later write is confirmed
 	timer   *time.Timer
 	stopped bool // the lease was lost or released: the deadline moves no more
+
+	margin  time.Duration                       // at - the time the write at sent was confirmed
+	renewed func(sent, at, confirmed time.Time) // nil, or told of each confirmation that moved at
 }
 
 // start arms the deadline for a grant sent at sent.
@@ -40,20 +43,28 @@ func (d *deadline) start(cfg Config, sent time.Time, lose func(error)) {
 	defer d.mu.Unlock()
 	d.sent = sent
 	d.at = sent.Add(cfg.TTL - cfg.Margin)
-	d.timer = time.AfterFunc(time.Until(d.at), d.expire)
+	d.margin = time.Until(d.at)
+	d.timer = time.AfterFunc(d.margin, d.expire)
 }
 
 // confirm records that the write sent at sent was confirmed, and moves the
-// deadline if that gives a later one.
+// deadline if that gives a later one; then it tells renewed, if set, after
+// the fact.
 func (d *deadline) confirm(sent time.Time) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	at := sent.Add(d.cfg.TTL - d.cfg.Margin)
 	if d.stopped || !at.After(d.at) {
+		d.mu.Unlock()
 		return
 	}
-	d.sent, d.at = sent, at
-	d.timer.Reset(time.Until(at))
+	now := time.Now()
+	d.sent, d.at, d.margin = sent, at, at.Sub(now)
+	d.timer.Reset(d.margin)
+	renewed := d.renewed
+	d.mu.Unlock()
+	if renewed != nil {
+		renewed(sent, at, now)
+	}
 }
 
 // current returns the deadline as it stands.

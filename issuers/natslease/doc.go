@@ -37,6 +37,10 @@
 // inside a lost.Error: errors.Is(sig.Err(), natslease.ErrDeleted) tells
 // which.
 //
+// [Lease.Health] tells how close the lease is to its deadline, and
+// [Config.Observer] is told of each lease's grant, renewals, failed renewals,
+// risk, and its loss or release, after the fact (see package health).
+//
 // A signal warns the holder; it does not stop a write already on its way.
 // [Lease.Token], the revision of the grant (the bucket's stream sequence),
 // is the fencing token a resource checks to refuse a holder that lost its

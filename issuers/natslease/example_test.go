@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/zukhruf/lease"
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/issuers/natslease"
 	"github.com/zukhruf/lease/issuers/natslease/internal/natstest"
 )
@@ -67,6 +69,39 @@ func ExampleConfig_Lock() {
 	fmt.Println(errors.Is(l.Signal().Err(), natslease.ErrDeleted))
 	// Output:
 	// true
+}
+
+// Health reads the lease's deadline without the network; the Config's
+// Observer is told of the grant and the release, after the fact.
+func ExampleLease_Health() {
+	ctx := context.Background()
+	nc, err := nats.Connect(shared.URL(natstest.App))
+	if err != nil {
+		panic(err)
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	seen := map[health.Kind]bool{}
+	o := health.ObserverFunc(func(e health.Event) {
+		mu.Lock()
+		seen[e.Kind] = true
+		mu.Unlock()
+	})
+	l, err := natslease.Config{TTL: 2 * time.Second, Observer: o}.Lock(ctx, nc, "example.health")
+	if err != nil {
+		panic(err)
+	}
+	h := l.Health()
+	fmt.Println("deadline after the last confirmed write:", h.Deadline.Sub(h.Renewed))
+	if err := l.Unlock(ctx); err != nil {
+		panic(err)
+	}
+	mu.Lock()
+	fmt.Println("granted:", seen[health.Granted], "released:", seen[health.Released])
+	mu.Unlock()
+	// Output:
+	// deadline after the last confirmed write: 1.8s
+	// granted: true released: true
 }
 
 // BucketConfig is the bucket the leases need: per-key TTLs.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/zukhruf/lease/controller"
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/signal"
 )
 
@@ -37,9 +38,11 @@ type Lease struct {
 	renewing bool
 
 	deadline deadline
-	rmu      sync.Mutex  // held by a renewal, so that Unlock releases after it
-	released atomic.Bool // Unlock began: no renewal from then on
-	leave    sync.Once   // the lease's count in its session, given back once
+	watch    health.Watch // warns an observer as the deadline nears unrenewed
+	obsMu    sync.Mutex   // orders the renewals' events before the loss's
+	rmu      sync.Mutex   // held by a renewal, so that Unlock releases after it
+	released atomic.Bool  // Unlock began: no renewal from then on
+	leave    sync.Once    // the lease's count in its session, given back once
 
 	once sync.Once
 	err  error // the release's outcome, set once
@@ -94,8 +97,10 @@ func (l *Lease) Token() int64 { return int64(l.granted) }
 // stops renewing and following the key, after a renewal in flight; then it
 // deletes the key if its last revision is still this lease's, so that a
 // waiting Lock is woken at once. A key written since by another client is
-// left alone. ctx bounds the release; a lease lost before Unlock stays
-// lost, and its key is deleted all the same if it is still this lease's.
+// left alone. ctx bounds the release; a ctx that has ended already still
+// sends it, detached, for at most [ReleaseTimeout]. A lease lost before
+// Unlock stays lost, and its key is deleted all the same if it is still
+// this lease's.
 //
 // Unlock returns the error the server gave to the deletion, if any: the key
 // then stays until it expires. Successive calls return the first call's
@@ -105,6 +110,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		panic("natslease: Unlock called with a nil context")
 	}
 	l.once.Do(func() {
+		defer l.releasedEvent()
+		ctx, cancel := releaseContext(ctx)
+		defer cancel()
 		l.ctrl.End()
 		l.released.Store(true)
 		l.deadline.stop()
@@ -134,12 +142,25 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return l.err
 }
 
-// lose loses the lease with cause, unless it was released, and stops
-// renewing and following it.
-func (l *Lease) lose(cause error) {
-	l.ctrl.Lose(cause)
+// lose loses the lease with cause, pushed by the watcher, unless it was
+// released, and stops renewing and following it.
+func (l *Lease) lose(cause error) { l.loseVia(health.Push, cause) }
+
+// loseAtDeadline is lose for the deadline's timer.
+func (l *Lease) loseAtDeadline(cause error) { l.loseVia(health.Deadline, cause) }
+
+// loseAnswer is lose for a cause a renewal's answer showed.
+func (l *Lease) loseAnswer(cause error) { l.loseVia(health.Answer, cause) }
+
+// loseVia loses the lease with cause, learned via, stops renewing and
+// following it, and then reports the loss to the observer.
+func (l *Lease) loseVia(via health.Via, cause error) {
+	won := l.ctrl.Lose(cause)
 	l.deadline.stop()
 	l.sess.forget(l)
+	if won {
+		l.lost(via)
+	}
 }
 
 // seen records that the key holds this lease's value at revision rev.

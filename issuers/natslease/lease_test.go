@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
 	"github.com/zukhruf/lease/issuers/natslease"
 	"github.com/zukhruf/lease/issuers/natslease/internal/natstest"
@@ -213,7 +214,7 @@ func TestOperatorWrites(t *testing.T) {
 
 // TestManyLeasesOneSession: 1,000 leases of one client share one session:
 // one watcher (one consumer of the bucket's stream) and a number of
-// goroutines that does not grow with the leases.
+// goroutines that does not grow with the leases, observed or not.
 func TestManyLeasesOneSession(t *testing.T) {
 	const n = 1000
 	url := shared.URL(natstest.App)
@@ -223,13 +224,19 @@ func TestManyLeasesOneSession(t *testing.T) {
 	}
 	nc := client(t, url)
 	cfg := natslease.Config{Bucket: name, TTL: 10 * time.Second}
+	observed := cfg
+	observed.Observer = health.ObserverFunc(func(health.Event) {})
 	ctx := t.Context()
 	first := mustLock(t, cfg, nc, keyName(t))
 	_ = first
 	before := runtime.NumGoroutine()
 	var ls []*natslease.Lease
-	for range n - 1 {
-		l, err := cfg.Lock(ctx, nc, keyName(t))
+	for i := range n - 1 {
+		c := cfg
+		if i%2 == 0 {
+			c = observed
+		}
+		l, err := c.Lock(ctx, nc, keyName(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +270,8 @@ func TestManyLeasesOneSession(t *testing.T) {
 
 // TestPermissionTakenAway: a holder whose permission to publish to its key
 // is taken away (the server's configuration reloaded) is lost at its next
-// renewal with ErrRefused, not at its deadline after retries.
+// renewal with ErrRefused, not at its deadline after retries; its observer
+// is told of the loss as learned from the renewal's answer.
 func TestPermissionTakenAway(t *testing.T) {
 	s := natstest.StartT(t)
 	if err := createBucket(s.URL(natstest.App), natslease.DefaultBucket, 1); err != nil {
@@ -271,7 +279,8 @@ func TestPermissionTakenAway(t *testing.T) {
 	}
 	nc := client(t, s.URL(natstest.Revocable))
 	key := keyName(t)
-	l := mustLock(t, natslease.Config{TTL: 3 * time.Second}, nc, key)
+	rec := newRecorder()
+	l := mustLock(t, natslease.Config{TTL: 3 * time.Second, Observer: rec}, nc, key)
 	if err := s.RevokePublish(); err != nil {
 		t.Fatal(err)
 	}
@@ -282,4 +291,53 @@ func TestPermissionTakenAway(t *testing.T) {
 		t.Fatalf("Err() = %v, want ErrRefused", err)
 	}
 	t.Logf("lost: %v", err)
+	all := rec.waitFor(t, health.Lost, 1)
+	if e := all[len(all)-1]; e.Kind != health.Lost || e.Via != health.Answer || e.Err != err {
+		t.Errorf("last event = %v via %v (%v), want the loss via the answer: %v", e.Kind, e.Via, e.Err, kindsOf(all))
+	}
+}
+
+// TestResetDuringRenewal: a connection reset while a renewal waits for its
+// answer is not a loss: the renewal is given up with the connection and
+// tried again once the session has reconnected, long before the deadline.
+// The link is slowed for the renewal's request to be inside the proxy when
+// the connection is reset, so that no answer can come.
+func TestResetDuringRenewal(t *testing.T) {
+	p, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rec := newRecorder()
+	cfg := natslease.Config{TTL: 2 * time.Second, Observer: rec}
+	l := mustLock(t, cfg, client(t, "nats://app:app@"+p.Addr()), keyName(t))
+	period := cfg.TTL / 3 // the default RenewPeriod
+	for i := range 3 {
+		all := rec.waitFor(t, health.Renewed, countKind(rec.events(), health.Renewed)+1)
+		last := all[len(all)-1]
+		for j := len(all) - 1; j >= 0 && last.Kind != health.Renewed; j-- {
+			last = all[j]
+		}
+		// The next renewal is sent a period after this one; its request
+		// waits 400 ms in the proxy, and the reset comes 200 ms into it.
+		p.Delay(400 * time.Millisecond)
+		time.Sleep(time.Until(last.Sent.Add(period + 200*time.Millisecond)))
+		cut := time.Now()
+		p.Cut()
+		p.Heal()
+		for renewed := false; !renewed; {
+			select {
+			case <-rec.new:
+			case <-l.Signal().Done():
+				t.Fatalf("reset %d: the lease was lost by a reset during a renewal: %v (events %v)", i, l.Signal().Err(), kindsOf(rec.events()))
+			case <-time.After(time.Minute):
+				t.Fatalf("reset %d: no renewal within a minute", i)
+			}
+			for _, e := range rec.events() {
+				if e.Kind == health.Renewed && e.Sent.After(cut) {
+					renewed = true
+				}
+			}
+		}
+	}
 }

@@ -77,7 +77,10 @@ func (s *session) worker(ctx context.Context) {
 // the KV Update of nats.go sends no TTL, and a write without one would
 // leave the key without expiry (nats.go#1994). A confirmed write moves the
 // deadline; a refused one loses the lease; a failed one is tried again
-// soon, and the deadline decides.
+// soon, and the deadline decides. A renewal waits for its answer until the
+// deadline, or until the session's connection is lost: the answer comes
+// back on the connection that sent it, and a renewal cut by a reset is tried
+// again on the next connection.
 func (l *Lease) renew(ctx context.Context) time.Time {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
@@ -85,8 +88,11 @@ func (l *Lease) renew(ctx context.Context) time.Time {
 		return time.Now().Add(time.Hour)
 	}
 	s := l.sess
-	rctx, cancel := context.WithDeadline(ctx, l.deadline.current())
+	dctx, cancel := context.WithDeadline(ctx, l.deadline.current())
 	defer cancel()
+	rctx, cut := context.WithCancelCause(dctx)
+	defer cut(nil)
+	defer context.AfterFunc(s.link(), func() { cut(errDisconnected) })()
 	subject := s.prefix + l.key
 	gctx, release := s.guard(rctx, subject)
 	defer release()
@@ -101,14 +107,20 @@ func (l *Lease) renew(ctx context.Context) time.Time {
 		l.deadline.confirm(sent)
 		return sent.Add(l.cfg.RenewPeriod)
 	case refused(gctx) != nil:
-		l.lose(fmt.Errorf("%w: renewal of key %q: %w", ErrRefused, l.key, refused(gctx)))
+		l.loseAnswer(fmt.Errorf("%w: renewal of key %q: %w", ErrRefused, l.key, refused(gctx)))
 	case wrongLastSequence(err):
 		// Another write came after revision rev: another client's, which
 		// the watcher loses the lease for, or this lease's own renewal
 		// whose answer was lost, which the watcher records. Until it
 		// does, try again; the deadline bounds the wait.
+		l.renewalFailed(sent, err)
 	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound):
-		l.lose(fmt.Errorf("%w: renewal of key %q: %w", ErrRefused, l.key, err))
+		l.loseAnswer(fmt.Errorf("%w: renewal of key %q: %w", ErrRefused, l.key, err))
+	default:
+		if errors.Is(context.Cause(rctx), errDisconnected) {
+			err = errDisconnected
+		}
+		l.renewalFailed(sent, err)
 	}
 	return retry
 }

@@ -36,6 +36,13 @@ type session struct {
 	waiters map[string]map[*waiter]struct{} // Locks between their first Create and their grant
 	perms   map[*permWatch]struct{}
 
+	// linkCtx is cancelled when the session's connection is lost, and
+	// replaced by a live one: a renewal waits for its answer no longer
+	// than its connection lasts.
+	linkMu     sync.Mutex
+	linkCtx    context.Context
+	linkCancel context.CancelFunc
+
 	work  chan *Lease   // due renewals, read by the workers
 	kick  chan struct{} // wakes the renewer
 	stop  context.CancelFunc
@@ -151,6 +158,7 @@ func (s *session) open(ctx context.Context) error {
 	s.waiters = map[string]map[*waiter]struct{}{}
 	s.perms = map[*permWatch]struct{}{}
 	s.prefix = "$KV." + s.key.bucket + "."
+	s.linkCtx, s.linkCancel = context.WithCancel(context.Background())
 	backoff := newBackoff(time.Second)
 	for {
 		err := s.try(ctx)
@@ -191,6 +199,7 @@ func (s *session) try(ctx context.Context) error {
 	opts.ConnectedCB, opts.ReconnectedCB, opts.DiscoveredServersCB = nil, nil, nil
 	opts.ReconnectErrCB, opts.LameDuckModeHandler, opts.ReconnectToServerCB = nil, nil, nil
 	opts.AsyncErrorCB = s.asyncError
+	opts.DisconnectedErrCB = s.disconnected
 	conn, err := opts.Connect()
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
@@ -267,6 +276,32 @@ func (s *session) close() {
 	s.watch.Stop()
 	s.wg.Wait()
 	s.conn.Close()
+	s.linkMu.Lock()
+	s.linkCancel()
+	s.linkMu.Unlock()
+}
+
+// errDisconnected is the failure of a renewal whose connection was lost
+// before its answer came: the answer comes back on the connection that sent
+// the request, so none can come.
+var errDisconnected = errors.New("the session's connection was lost before the renewal's answer came")
+
+// disconnected is the connection's handler of a disconnection: it cuts the
+// renewals waiting for an answer on the connection lost, which are tried
+// again on the next one instead of waiting for their deadline.
+func (s *session) disconnected(*nats.Conn, error) {
+	s.linkMu.Lock()
+	defer s.linkMu.Unlock()
+	s.linkCancel()
+	s.linkCtx, s.linkCancel = context.WithCancel(context.Background())
+}
+
+// link returns a context that is cancelled when the session's connection
+// is next lost.
+func (s *session) link() context.Context {
+	s.linkMu.Lock()
+	defer s.linkMu.Unlock()
+	return s.linkCtx
 }
 
 // hold makes the session renew and follow l.

@@ -1,0 +1,419 @@
+package natslease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/issuers/natslease"
+	"github.com/zukhruf/lease/issuers/natslease/internal/natstest"
+	"github.com/zukhruf/lease/lost"
+)
+
+// recorder is an Observer that keeps every event and wakes the test.
+type recorder struct {
+	mu  sync.Mutex
+	all []health.Event
+	new chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
+
+func (r *recorder) Observe(e health.Event) {
+	r.mu.Lock()
+	r.all = append(r.all, e)
+	r.mu.Unlock()
+	select {
+	case r.new <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) events() []health.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// await waits until n events of kind arrived, at most within, and returns
+// every event.
+func (r *recorder) await(kind health.Kind, n int, within time.Duration) ([]health.Event, error) {
+	guard := time.NewTimer(within)
+	defer guard.Stop()
+	for {
+		all := r.events()
+		count := 0
+		for _, e := range all {
+			if e.Kind == kind {
+				count++
+			}
+		}
+		if count >= n {
+			return all, nil
+		}
+		select {
+		case <-r.new:
+		case <-guard.C:
+			return all, fmt.Errorf("%d %v events within %v, want %d: %v", count, kind, within, n, kindsOf(all))
+		}
+	}
+}
+
+// waitFor is await for a test: it fails the test after a minute.
+func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
+	t.Helper()
+	all, err := r.await(kind, n, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
+}
+
+func kindsOf(es []health.Event) []health.Kind {
+	var k []health.Kind
+	for _, e := range es {
+		k = append(k, e.Kind)
+	}
+	return k
+}
+
+// TestObserverEvents: a lease's observer is told of its grant, its
+// renewals in order with their margins, and its release; another's, of its
+// grant and its loss, with the *lost.Error and how it was learned. The
+// first lease has a 1 s TTL and every other field zero: the defaults
+// derived from it renew in time.
+func TestObserverEvents(t *testing.T) {
+	nc := client(t, shared.URL(natstest.App))
+	rec := newRecorder()
+	cfg := natslease.Config{TTL: time.Second, Observer: rec}
+	key := keyName(t)
+	l := mustLock(t, cfg, nc, key)
+	rec.waitFor(t, health.Renewed, 2)
+	h := l.Health()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := rec.events()
+	ks := kindsOf(all)
+	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
+		t.Fatalf("events = %v, want granted first and released last", ks)
+	}
+	var last time.Time
+	for _, e := range all[1 : len(all)-1] {
+		switch e.Kind {
+		case health.Renewed:
+			if !e.Sent.After(last) || e.Margin <= 0 || e.Deadline.Sub(e.Sent) != 900*time.Millisecond || e.RoundTrip <= 0 {
+				t.Errorf("renewed: sent %v after %v, margin %v, round trip %v, deadline %v after the send; want later sends, a margin > 0, a round trip, TTL less margin",
+					e.Sent, last, e.Margin, e.RoundTrip, e.Deadline.Sub(e.Sent))
+			}
+			last = e.Sent
+		case health.AtRisk, health.RenewalFailed: // a slow renewal on a loaded machine
+		default:
+			t.Errorf("event %v between the grant and the release", e.Kind)
+		}
+	}
+	if g := all[0]; g.Subject != key || g.Token != l.Token() || g.Issuer != "natslease" || g.Wait <= 0 {
+		t.Errorf("granted = %+v, want subject %q, token %d, a wait", g, key, l.Token())
+	}
+	if r := all[len(all)-1]; r.Err != nil || r.Token != l.Token() {
+		t.Errorf("released = %+v, want no error and token %d", r, l.Token())
+	}
+	if h.Deadline.Sub(h.Renewed) != 900*time.Millisecond || h.Margin <= 0 || h.Margin > 900*time.Millisecond {
+		t.Errorf("Health() = %+v, want a deadline 900 ms after the renewal and a margin in (0, 900 ms]", h)
+	}
+
+	// A loss, pushed: the key deleted by another client.
+	rec2 := newRecorder()
+	l2 := mustLock(t, natslease.Config{TTL: 10 * time.Second, Observer: rec2}, nc, key)
+	op := bucket(t, client(t, shared.URL(natstest.App)), natslease.DefaultBucket)
+	if err := op.Delete(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+	waitLost(t, l2, lossWithin)
+	all = rec2.waitFor(t, health.Lost, 1)
+	if got, want := kindsOf(all), []health.Kind{health.Granted, health.Lost}; !slices.Equal(got, want) {
+		t.Fatalf("events = %v, want %v", got, want)
+	}
+	var le *lost.Error
+	if e := all[1]; !errors.As(e.Err, &le) || e.Err != l2.Signal().Err() || e.Via != health.Push || !errors.Is(e.Err, natslease.ErrDeleted) {
+		t.Errorf("lost = %v via %v, want the signal's error %v via push", e.Err, e.Via, l2.Signal().Err())
+	}
+	l2.Unlock(context.Background())
+	if got := len(rec2.events()); got != 2 {
+		t.Errorf("the Unlock of a lost lease reported %d events more", got-2)
+	}
+}
+
+// TestObserverRenewalFailed: a renewal that fails while the session's
+// connection is cut is told as RenewalFailed, with its error and the time
+// left, then AtRisk; the lease renews again once the session has
+// reconnected, and its release comes last.
+func TestObserverRenewalFailed(t *testing.T) {
+	proxy, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	rec := newRecorder()
+	l := mustLock(t, natslease.Config{TTL: 2 * time.Second, Observer: rec}, client(t, "nats://app:app@"+proxy.Addr()), keyName(t))
+	failed := func() int {
+		for i, e := range rec.events() {
+			if e.Kind == health.RenewalFailed {
+				return i
+			}
+		}
+		return -1
+	}
+	// Cut the session's connection until a renewal fails on it.
+	for failed() < 0 {
+		proxy.Cut()
+		select {
+		case <-rec.new:
+		case <-l.Signal().Done():
+			t.Fatalf("the lease was lost before a renewal failed: %v", l.Signal().Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	i := failed()
+	rec.waitFor(t, health.Renewed, countKind(rec.events(), health.Renewed)+1)
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := rec.events()
+	f := all[i]
+	t.Logf("renewal failed with %v left: %v", f.Margin, f.Err)
+	if f.Err == nil || f.Sent.IsZero() || f.Deadline.IsZero() || f.Margin > 1800*time.Millisecond {
+		t.Errorf("renewal failed = %+v, want its error, its send time, the deadline and the time left", f)
+	}
+	if i+1 >= len(all) || all[i+1].Kind != health.AtRisk {
+		t.Errorf("events = %v, want AtRisk right after the RenewalFailed at %d", kindsOf(all), i)
+	}
+	if last := all[len(all)-1]; last.Kind != health.Released || countKind(all, health.Lost) != 0 {
+		t.Errorf("events = %v, want no loss and the release last", kindsOf(all))
+	}
+}
+
+func countKind(es []health.Event, k health.Kind) int {
+	n := 0
+	for _, e := range es {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// TestObserverNilHealth: a lease with no observer has its Health all the
+// same.
+func TestObserverNilHealth(t *testing.T) {
+	l := mustLock(t, short, client(t, shared.URL(natstest.App)), keyName(t))
+	h := l.Health()
+	if h.Deadline.Sub(h.Renewed) != 1800*time.Millisecond || h.Margin <= 0 || h.Margin > 1800*time.Millisecond {
+		t.Errorf("Health() = %+v with no observer, want a deadline 1.8 s after the grant", h)
+	}
+}
+
+// TestUnlockCancelledContext: an Unlock whose context has ended still
+// sends its release, and says it did: nil, and a waiting Lock of another
+// client is granted at once, long before the 10 s TTL could free the key.
+func TestUnlockCancelledContext(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() context.Context
+	}{
+		{"cancelled", func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		}},
+		{"expired", func() context.Context {
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			_ = cancel
+			return ctx
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := keyName(t)
+			slow := natslease.Config{TTL: 10 * time.Second, RetryPeriod: 10 * time.Second}
+			l := mustLock(t, slow, client(t, shared.URL(natstest.App)), key)
+			b := lockAsync(t.Context(), slow, client(t, shared.URL(natstest.App)), key)
+			time.Sleep(50 * time.Millisecond) // B waits
+			start := time.Now()
+			if err := l.Unlock(tc.ctx()); err != nil {
+				t.Fatalf("Unlock(%s context) = %v, want nil: the release went through", tc.name, err)
+			}
+			g := <-b
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			defer g.l.Unlock(context.Background())
+			took := g.at.Sub(start)
+			t.Logf("Unlock(%s context) → waiting Lock granted in %v", tc.name, took)
+			if took >= 5*time.Second {
+				t.Errorf("the waiting Lock was granted %v after the Unlock: by the key's expiry, not the release", took)
+			}
+		})
+	}
+}
+
+// slowedTTL is the TTL of a slowed-link trial: its deadline span is the
+// TTL less the default margin of a tenth, 1.8 s.
+const slowedTTL = 2 * time.Second
+
+// errLostEarly is a slowed-link trial's lease lost before the link was
+// slowed: its first renewals were not confirmed in time on a loaded
+// machine, and the trial is run again.
+var errLostEarly = errors.New("the lease was lost before the link was slowed")
+
+// slowedRun holds a lease on key through a proxy of its own, lets it renew
+// twice, then delays every byte of the link by half of share of the
+// deadline span each way (a round trip of share of the span), and waits
+// for the loss; then it releases the lease. It returns every event, in
+// order, and how many had come when the link was slowed.
+func slowedRun(t *testing.T, key string, share float64) (events []health.Event, slowed int, err error) {
+	proxy, err := faultnet.Listen(shared.Addr())
+	if err != nil {
+		return nil, 0, err
+	}
+	defer proxy.Close()
+	nc := client(t, "nats://app:app@"+proxy.Addr())
+	defer nc.Close()
+	rec := newRecorder()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l, err := natslease.Config{TTL: slowedTTL, Observer: rec}.Lock(ctx, nc, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer l.Unlock(context.Background())
+	guard := time.NewTimer(30 * time.Second)
+	defer guard.Stop()
+	for renewed := 0; renewed < 2; {
+		select {
+		case <-rec.new:
+		case <-l.Signal().Done():
+		case <-guard.C:
+			return rec.events(), 0, fmt.Errorf("%d renewals confirmed within 30 s, want 2", renewed)
+		}
+		renewed = 0
+		for _, e := range rec.events() {
+			if e.Kind == health.Renewed {
+				renewed++
+			}
+		}
+		if l.Signal().Err() != nil {
+			_, err := rec.await(health.Lost, 1, 10*time.Second)
+			return rec.events(), 0, errors.Join(errLostEarly, err)
+		}
+	}
+	span := slowedTTL - slowedTTL/10
+	slowed = len(rec.events())
+	if l.Signal().Err() != nil {
+		_, err := rec.await(health.Lost, 1, 10*time.Second)
+		return rec.events(), 0, errors.Join(errLostEarly, err)
+	}
+	proxy.Delay(time.Duration(share * float64(span) / 2))
+	select {
+	case <-l.Signal().Done():
+	case <-time.After(30 * time.Second):
+		return rec.events(), slowed, errors.New("the lease was not lost within 30 s of the slowed link")
+	}
+	proxy.Heal()
+	// The loss is reported right after the signal is lost.
+	_, err = rec.await(health.Lost, 1, 10*time.Second)
+	l.Unlock(context.Background())
+	return rec.events(), slowed, err
+}
+
+// lossOrder returns what is wrong with the order of events: a Lost with no
+// AtRisk at or after index from before it, or events after the Lost. It
+// returns the AtRisk that came first, or nil.
+func lossOrder(events []health.Event, from int) (risk *health.Event, wrong []string) {
+	for j, e := range events {
+		if e.Kind == health.AtRisk && risk == nil && j >= from {
+			risk = &events[j]
+		}
+		if e.Kind != health.Lost {
+			continue
+		}
+		if j != len(events)-1 {
+			wrong = append(wrong, fmt.Sprintf("events after the loss: %v", kindsOf(events[j+1:])))
+		}
+		if risk == nil {
+			wrong = append(wrong, fmt.Sprintf("lost via %v with no AtRisk before it: %v", e.Via, kindsOf(events)))
+		}
+	}
+	return risk, wrong
+}
+
+// TestAtRiskBeforeLoss: a link slowed until a round trip takes 80% of the
+// deadline span loses the lease by its deadline, and AtRisk is reported
+// after the link was slowed and before the loss, with nothing after the
+// loss, in each of 30 trials. The trials run ten at a time, each with its
+// own proxy, client, session and key: the warning comes at two thirds of
+// the span at the latest, the loss at the deadline, a third of the span
+// (600 ms) later. A trial whose lease was lost before the link was slowed
+// (no renewal confirmed within the span on a loaded machine) is checked
+// all the same and run again, three times at most.
+func TestAtRiskBeforeLoss(t *testing.T) {
+	const trials, atOnce, tries = 30, 10, 3
+	type result struct {
+		events []health.Event
+		slowed int
+		err    error
+		early  int // runs lost before the link was slowed
+	}
+	results := make([]result, trials)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, atOnce)
+	for i := range trials {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			var r result
+			for range tries {
+				r.events, r.slowed, r.err = slowedRun(t, fmt.Sprintf("%s-%d", keyName(t), i), 0.8)
+				if !errors.Is(r.err, errLostEarly) {
+					break
+				}
+				r.early++
+				if _, wrong := lossOrder(r.events, 0); wrong != nil {
+					t.Errorf("trial %d, lost before the link was slowed: %v", i, wrong)
+				}
+			}
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	warned, early, lead := 0, 0, []time.Duration{}
+	for i, r := range results {
+		early += r.early
+		if r.err != nil {
+			t.Errorf("trial %d: %v (events %v)", i, r.err, kindsOf(r.events))
+			continue
+		}
+		risk, wrong := lossOrder(r.events, r.slowed)
+		for _, w := range wrong {
+			t.Errorf("trial %d: %s", i, w)
+		}
+		lostAt := r.events[len(r.events)-1]
+		if lostAt.Kind != health.Lost || lostAt.Via != health.Deadline || !errors.Is(lostAt.Err, natslease.ErrRenewalUnconfirmed) {
+			t.Errorf("trial %d: last event %v = %v via %v, want ErrRenewalUnconfirmed via the deadline", i, lostAt.Kind, lostAt.Err, lostAt.Via)
+		}
+		if risk != nil && wrong == nil {
+			warned++
+			lead = append(lead, risk.Margin) // the time left before the deadline, warned
+		}
+	}
+	slices.Sort(lead)
+	if len(lead) > 0 {
+		t.Logf("AtRisk before the loss in %d of %d trials, %v before the deadline (median; least %v); %d runs lost before the link was slowed, run again",
+			warned, trials, lead[len(lead)/2], lead[0], early)
+	}
+}
