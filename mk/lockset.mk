@@ -85,10 +85,11 @@ lockset-all: redis-deps pg-deps mysql-deps lockset-kube lockset-redis faketime-d
 	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds $(SECONDS) -seeds $(SEEDS) -locks $(LOCKS) -parallel=$(PARALLEL) -doc $(CURDIR)/docs/lockset.md
 
-## lockset-smoke: a 60 s run of each issuer with every fault mix, in make e2e.
+## lockset-smoke: a 60 s run of each issuer with every fault mix, in make e2e,
+## after the tests of the harness's servers' binaries (NATS_SERVER, VERSITYGW).
 E2E_STEPS += lockset-smoke
 lockset-smoke: redis-deps pg-deps mysql-deps lockset-kube nats-server s3-versitygw
-	cd $(LOCKSET_DIR) && $(GO) build -o $(LOCKSET_BIN) . && \
+	cd $(LOCKSET_DIR) && $(GO) test -count=1 . && $(GO) build -o $(LOCKSET_BIN) . && \
 		$(LOCKSET_ENV) $(LOCKSET_BIN) all -seconds 60 -seeds 1
 
 ## lockcheck: check the history HISTORY (a history.jsonl; the faults are

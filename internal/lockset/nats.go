@@ -14,32 +14,30 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/zukhruf/lease/internal/gobin"
 	"github.com/zukhruf/lease/internal/lockset/history"
 	"github.com/zukhruf/lease/issuers/natslease"
 )
 
-// natsServerBin is the nats-server natslease's tests build into the user's
-// cache folder (make nats-server); NATS_SERVER overrides it.
-func natsServerBin() (string, error) {
-	if b := os.Getenv("NATS_SERVER"); b != "" {
-		return b, nil
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no cache folder for nats-server (set NATS_SERVER): %w", err)
-	}
-	return filepath.Join(cache, "zukhruf-lease", "nats-server-v2.15.3"), nil
+// natsServer is the nats-server that natslease's tests build into the
+// user's cache folder (make nats-server), of the version that their module
+// pins; NATS_SERVER overrides it.
+var natsServer = gobin.Binary{
+	Name:    "nats-server",
+	Module:  "github.com/nats-io/nats-server/v2",
+	Package: "github.com/nats-io/nats-server/v2",
+	Dir:     gobin.Beside("../../issuers/natslease/internal/natstest/server"),
+	Env:     "NATS_SERVER",
+	Make:    "nats-server",
+	Took:    "a cold build takes a few minutes on 2 cores",
 }
 
 // natsCommand returns the command of a nats-server with JetStream on port,
 // its store in dir, which a restart after SIGKILL finds again.
 func natsCommand(dir string, port int) (*exec.Cmd, error) {
-	bin, err := natsServerBin()
+	bin, err := natsServer.Ensure(func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) })
 	if err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("%s not found (set NATS_SERVER): build it with make nats-server: %w", bin, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
