@@ -34,9 +34,9 @@ type Recorder struct {
 // Observe keeps e with the time it was told and wakes a receiver of
 // [Recorder.Notify].
 func (r *Recorder) Observe(e health.Event) {
-	at := time.Now()
 	r.mu.Lock()
-	r.all = append(r.all, Stamped{e, at})
+	// Stamped under the lock, the times rise with the order of the events.
+	r.all = append(r.all, Stamped{e, time.Now()})
 	wake := r.wakeLocked()
 	r.mu.Unlock()
 	select {
