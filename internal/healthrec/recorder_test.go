@@ -55,7 +55,8 @@ func TestRecorderCopies(t *testing.T) {
 }
 
 // TestRecorderConcurrent: events told by many goroutines at once are all
-// kept, and a waiter on another goroutine is woken for them.
+// kept, their times rising with their order, and a waiter on another
+// goroutine is woken for them.
 func TestRecorderConcurrent(t *testing.T) {
 	const goroutines, each = 8, 100
 	var r healthrec.Recorder
@@ -82,6 +83,12 @@ func TestRecorderConcurrent(t *testing.T) {
 	}
 	if got := r.Count(health.Renewed); got != goroutines*each {
 		t.Errorf("Count(renewed) = %d, want %d", got, goroutines*each)
+	}
+	st := r.Stamped()
+	for i := 1; i < len(st); i++ {
+		if st[i].At.Before(st[i-1].At) {
+			t.Fatalf("event %d stamped %v, before event %d's %v", i, st[i].At, i-1, st[i-1].At)
+		}
 	}
 }
 
