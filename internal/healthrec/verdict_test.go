@@ -194,3 +194,43 @@ func ExampleAtRiskBeforeLoss() {
 	// AtRisk before the loss in 1 of 1 trials, 550ms before the deadline (median; least 550ms)
 	// healthrec: no Lost event: [granted renewed]
 }
+
+// TestRenewals: a lease granted, held and released has its Renewed events
+// returned; each history that is not one is caught.
+func TestRenewals(t *testing.T) {
+	released := ev(health.Released, 0)
+	r2 := health.Event{Kind: health.Renewed, Token: 2}
+	for _, tc := range []struct {
+		name   string
+		events []health.Event
+		want   []health.Event
+		wrong  string
+	}{
+		{"held", []health.Event{granted, renewed, ev(health.RenewalFailed, time.Second), ev(health.AtRisk, time.Second), r2, released}, []health.Event{renewed, r2}, ""},
+		{"no renewal", []health.Event{granted, released}, nil, ""},
+		{"not granted first", []health.Event{renewed, released}, nil, "want granted first and released last"},
+		{"not released last", []health.Event{granted, renewed}, nil, "want granted first and released last"},
+		{"lost before the release", []health.Event{granted, lostEv, released}, nil, "event lost between the grant and the release"},
+		{"granted twice", []health.Event{granted, granted, released}, nil, "event granted between the grant and the release"},
+		{"one event", []health.Event{granted}, nil, "want granted first and released last"},
+		{"none", nil, nil, "want granted first and released last"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := healthrec.Renewals(tc.events)
+			if tc.wrong == "" {
+				if err != nil || len(got) != len(tc.want) {
+					t.Fatalf("Renewals = %v, %v; want %v, nil", got, err, tc.want)
+				}
+				for i := range got {
+					if got[i] != tc.want[i] {
+						t.Errorf("Renewals[%d] = %+v, want %+v", i, got[i], tc.want[i])
+					}
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wrong) {
+				t.Errorf("Renewals = %v, %v; want an error saying %q", got, err, tc.wrong)
+			}
+		})
+	}
+}
