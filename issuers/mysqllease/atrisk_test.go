@@ -150,10 +150,9 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 					}
 				}
 			}
-			slices.Sort(lead)
-			if len(lead) > 0 {
+			if sum := (healthrec.Summary{Trials: observed, Margins: lead}); sum.Warned() > 0 {
 				t.Logf("%s: AtRisk (unconfirmed) before the loss for %d of %d observed leases in %d trials; %v before the deadline (median; least %v)",
-					mode.name, warned, observed, trials, lead[len(lead)/2], lead[0])
+					mode.name, warned, observed, trials, sum.Median(), sum.Least())
 			}
 		})
 	}
