@@ -36,22 +36,16 @@ func TestObserverEvents(t *testing.T) {
 			h := l.Health()
 			unlock(t, l)
 			all := rec.Events()
-			ks := healthrec.Kinds(all)
-			if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
-				t.Fatalf("events = %v, want granted first and released last", ks)
+			renewals, err := healthrec.Renewals(all)
+			if err != nil {
+				t.Fatal(err)
 			}
 			var last time.Time
-			for _, e := range all[1 : len(all)-1] {
-				switch e.Kind {
-				case health.Renewed:
-					if e.Sent.Before(last) || e.Deadline.Sub(e.Sent) != fast.Deadline {
-						t.Errorf("renewed: sent %v after %v, deadline %v after it; want later sends, the Deadline", e.Sent, last, e.Deadline.Sub(e.Sent))
-					}
-					last = e.Sent
-				case health.AtRisk, health.RenewalFailed:
-				default:
-					t.Errorf("event %v between the grant and the release", e.Kind)
+			for _, e := range renewals {
+				if e.Sent.Before(last) || e.Deadline.Sub(e.Sent) != fast.Deadline {
+					t.Errorf("renewed: sent %v after %v, deadline %v after it; want later sends, the Deadline", e.Sent, last, e.Deadline.Sub(e.Sent))
 				}
+				last = e.Sent
 			}
 			if g := all[0]; g.Subject != "observed "+name || g.Token != l.Token() || g.Issuer != "pglease" || g.Wait <= 0 {
 				t.Errorf("granted = %+v, want the subject, token %d, a wait", g, l.Token())
@@ -321,14 +315,13 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 					warnedIn++
 				}
 			}
-			slices.Sort(left)
-			slices.Sort(lead)
-			if len(left) > 0 {
+			atWarning, toLost := healthrec.Summary{Trials: leases, Margins: left}, healthrec.Summary{Trials: leases, Margins: lead}
+			if atWarning.Warned() > 0 {
 				t.Logf("%s session, a round trip of %.0f%% of the %v deadline span: AtRisk before the loss in %d of %d trials (%d observed leases warned of %d, %d by the watch, health.ErrUnconfirmed); "+
 					"time left before the deadline at the warning: median %v, least %v; the warning to the Lost event: median %v, least %v",
-					name, share*100, slowedDeadline, warnedIn, trials, len(left), leases, unconfirmed,
-					left[len(left)/2].Round(time.Millisecond), left[0].Round(time.Millisecond),
-					lead[len(lead)/2].Round(time.Millisecond), lead[0].Round(time.Millisecond))
+					name, share*100, slowedDeadline, warnedIn, trials, atWarning.Warned(), leases, unconfirmed,
+					atWarning.Median().Round(time.Millisecond), atWarning.Least().Round(time.Millisecond),
+					toLost.Median().Round(time.Millisecond), toLost.Least().Round(time.Millisecond))
 			}
 		})
 	}
