@@ -137,8 +137,7 @@ func TestTermAtRiskBeforeLoss(t *testing.T) {
 		warned++
 		lead = append(lead, st.deadline.Sub(warning.At))
 	}
-	slices.Sort(lead)
-	if len(lead) > 0 {
-		t.Logf("AtRisk before the loss in %d of %d terms, %v before the deadline (median; least %v)", warned, trials, lead[len(lead)/2], lead[0])
+	if sum := (healthrec.Summary{Trials: trials, Margins: lead}); sum.Warned() > 0 {
+		t.Logf("AtRisk before the loss in %d of %d terms, %v before the deadline (median; least %v)", warned, trials, sum.Median(), sum.Least())
 	}
 }
