@@ -15,6 +15,7 @@ import (
 
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/etcdlease"
 )
 
@@ -58,7 +59,7 @@ func slowedTrial(ctx context.Context, endpoint, key string, share float64) (slow
 		return out, err
 	}
 	defer s.Orphan() // the client's close ends it
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	l, err := etcdlease.Lock(ctx, s, key, etcdlease.WithObserver(rec))
 	if err != nil {
 		return out, err
@@ -68,7 +69,7 @@ func slowedTrial(ctx context.Context, endpoint, key string, share float64) (slow
 		defer cancel()
 		l.Unlock(uctx) // the key goes with the session if this release fails
 	}()
-	if err := rec.wait(ctx, health.Renewed, 2); err != nil {
+	if _, err := rec.Await(ctx, health.Renewed, 2); err != nil {
 		return out, err
 	}
 	h := l.Health()
@@ -77,35 +78,15 @@ func slowedTrial(ctx context.Context, endpoint, key string, share float64) (slow
 	select {
 	case <-l.Signal().Done():
 	case <-ctx.Done():
-		out.events = rec.events()
+		out.events = rec.Events()
 		return out, fmt.Errorf("not lost: %w", ctx.Err())
 	}
 	px.Heal()
 	out.loss = l.Signal().Err()
 	// The loss's event is reported right after the signal is lost.
-	err = rec.wait(ctx, health.Lost, 1)
-	out.events = rec.events()
+	_, err = rec.Await(ctx, health.Lost, 1)
+	out.events = rec.Events()
 	return out, err
-}
-
-// wait waits until n events of kind arrived, or ctx ends.
-func (r *recorder) wait(ctx context.Context, kind health.Kind, n int) error {
-	for {
-		count := 0
-		for _, e := range r.events() {
-			if e.Kind == kind {
-				count++
-			}
-		}
-		if count >= n {
-			return nil
-		}
-		select {
-		case <-r.new:
-		case <-ctx.Done():
-			return fmt.Errorf("%d %v events, want %d: %w", count, kind, n, ctx.Err())
-		}
-	}
 }
 
 // TestAtRiskBeforeLoss: a lease whose link to etcd is slowed until a
@@ -141,42 +122,30 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			warned, timer := 0, 0
-			var lead []time.Duration
+			timer := 0
+			sum := healthrec.Summary{Trials: riskTrials}
 			via := map[string]int{}
 			for i, r := range results {
 				if errs[i] != nil {
-					t.Errorf("trial %d: %v; events %v", i, errs[i], kindsOf(r.events))
+					t.Errorf("trial %d: %v; events %v", i, errs[i], healthrec.Kinds(r.events))
 					continue
 				}
-				var risk *health.Event
-				for j, e := range r.events {
-					if e.Kind == health.AtRisk && risk == nil {
-						risk = &r.events[j]
-					}
-					if e.Kind != health.Lost {
-						continue
-					}
-					if j != len(r.events)-1 {
-						t.Errorf("trial %d: events after the loss: %v", i, kindsOf(r.events[j+1:]))
-					}
-					via[fmt.Sprintf("%v %v", e.Via, causeName(r.loss))]++
-					if risk == nil {
-						t.Errorf("trial %d: lost via %v (%v) with no AtRisk before it: %v", i, e.Via, r.loss, kindsOf(r.events))
-						break
-					}
-					warned++
-					if errors.Is(risk.Err, health.ErrUnconfirmed) {
-						timer++
-					}
-					lead = append(lead, risk.Margin)
-					break
+				if j := slices.IndexFunc(r.events, func(e health.Event) bool { return e.Kind == health.Lost }); j >= 0 {
+					via[fmt.Sprintf("%v %v", r.events[j].Via, causeName(r.loss))]++
 				}
+				w, err := healthrec.AtRiskBeforeLoss(r.events, healthrec.Trial{})
+				if err != nil {
+					t.Errorf("trial %d (%v): %v", i, r.loss, err)
+					continue
+				}
+				if errors.Is(r.events[w.Risk].Err, health.ErrUnconfirmed) {
+					timer++
+				}
+				sum.Margins = append(sum.Margins, w.Margin)
 			}
-			slices.Sort(lead)
-			if len(lead) > 0 {
+			if sum.Warned() > 0 {
 				t.Logf("AtRisk before the loss in %d of %d trials (%d by the risk timer), %v before the deadline (median; least %v), span %v; losses %v",
-					warned, riskTrials, timer, lead[len(lead)/2], lead[0], results[0].span, via)
+					sum.Warned(), riskTrials, timer, sum.Median(), sum.Least(), results[0].span, via)
 			}
 		})
 	}
@@ -219,7 +188,7 @@ func TestAtRiskTimerOnlyWhenObserved(t *testing.T) {
 	if _, made := etcdlease.RiskArmed(bare); made {
 		t.Errorf("with no observer, the renewer made a risk timer")
 	}
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	observed := mustLock(t, s, "/locks/observed", etcdlease.WithObserver(rec))
 	waitRenewed(t, bare)
 	if armed, _ := etcdlease.RiskArmed(bare); !armed {
@@ -230,8 +199,8 @@ func TestAtRiskTimerOnlyWhenObserved(t *testing.T) {
 	if armed, _ := etcdlease.RiskArmed(bare); armed {
 		t.Errorf("after the observed lease's release, a renewal armed the risk timer")
 	}
-	if got := rec.events(); got[len(got)-1].Kind != health.Released {
-		t.Errorf("events = %v, want the release last", kindsOf(got))
+	if got := rec.Events(); got[len(got)-1].Kind != health.Released {
+		t.Errorf("events = %v, want the release last", healthrec.Kinds(got))
 	}
 	checkRelease(t, "Unlock", bare.Unlock)
 }
@@ -243,7 +212,7 @@ func TestAtRiskTimerStoppedWithSession(t *testing.T) {
 	t.Parallel()
 	srv, op := startEtcdWithOp(t)
 	s := newSession(t, srv)
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	l := mustLock(t, s, lockName, etcdlease.WithObserver(rec))
 	waitRenewed(t, l)
 	if armed, _ := etcdlease.RiskArmed(l); !armed {
@@ -265,9 +234,9 @@ func TestAtRiskTimerStoppedWithSession(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	all := rec.waitFor(t, health.Lost, 1)
+	all := rec.WaitFor(t, health.Lost, 1)
 	if last := all[len(all)-1]; last.Kind != health.Lost {
-		t.Errorf("events = %v, want the loss last", kindsOf(all))
+		t.Errorf("events = %v, want the loss last", healthrec.Kinds(all))
 	}
 }
 
@@ -279,21 +248,21 @@ func TestAtRiskGrantedLate(t *testing.T) {
 	srv := startEtcd(t)
 	px := startProxy(t, srv.Endpoint())
 	s := newSessionOn(t, proxyClient(t, px))
-	firstRec := newRecorder()
+	firstRec := &healthrec.Recorder{}
 	first := mustLock(t, s, lockName, etcdlease.WithObserver(firstRec))
 	waitRenewed(t, first)
 	px.Drop(faultnet.Both)
-	firstRec.waitFor(t, health.AtRisk, 1) // the risk timer fired
+	firstRec.WaitFor(t, health.AtRisk, 1) // the risk timer fired
 	h := first.Health()
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	l, err := etcdlease.StartObserved(t.Context(), s, "/locks/late", rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitLost(t, l.Signal(), hang)
-	all := rec.waitFor(t, health.Lost, 1)
-	if !slices.Equal(kindsOf(all), []health.Kind{health.Granted, health.AtRisk, health.Lost}) {
-		t.Errorf("events = %v, want granted, at risk, lost", kindsOf(all))
+	all := rec.WaitFor(t, health.Lost, 1)
+	if !slices.Equal(healthrec.Kinds(all), []health.Kind{health.Granted, health.AtRisk, health.Lost}) {
+		t.Errorf("events = %v, want granted, at risk, lost", healthrec.Kinds(all))
 	} else if !errors.Is(all[1].Err, health.ErrUnconfirmed) || all[1].Margin >= h.Deadline.Sub(h.Renewed)/health.RiskDivisor {
 		t.Errorf("at risk: %v with %v left, want health.ErrUnconfirmed with under a third of the span left", all[1].Err, all[1].Margin)
 	}

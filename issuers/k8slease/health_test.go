@@ -16,97 +16,36 @@ import (
 
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/k8slease"
 	"github.com/zukhruf/lease/lost"
 )
-
-// recorder is an Observer that keeps every event and wakes the test.
-type recorder struct {
-	mu  sync.Mutex
-	all []health.Event
-	new chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
-
-func (r *recorder) Observe(e health.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, e)
-	r.mu.Unlock()
-	select {
-	case r.new <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) events() []health.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.all)
-}
-
-// waitFor waits until n events of kind arrived, and returns every event.
-func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
-	t.Helper()
-	guard := time.After(time.Minute)
-	for {
-		all := r.events()
-		count := 0
-		for _, e := range all {
-			if e.Kind == kind {
-				count++
-			}
-		}
-		if count >= n {
-			return all
-		}
-		select {
-		case <-r.new:
-		case <-guard:
-			t.Fatalf("%d %v events within a minute, want %d: %v", count, kind, n, kindsOf(all))
-		}
-	}
-}
-
-func kindsOf(es []health.Event) []health.Kind {
-	var k []health.Kind
-	for _, e := range es {
-		k = append(k, e.Kind)
-	}
-	return k
-}
 
 // TestObserverEvents: a lease's observer is told of its grant, its
 // renewals in order, and its release; another's, of its grant and its loss
 // when an operator names another holder, pushed by the watch.
 func TestObserverEvents(t *testing.T) {
 	cs := clientset(t, shared.Config())
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := k8slease.Config{LeaseDuration: 4 * time.Second, Observer: rec}
 	name := leaseName(t)
 	l := mustLock(t, cfg, cs, name, "a")
-	rec.waitFor(t, health.Renewed, 2)
+	rec.WaitFor(t, health.Renewed, 2)
 	h := l.Health()
 	if err := l.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	all := rec.events()
-	ks := kindsOf(all)
-	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
-		t.Fatalf("events = %v, want granted first and released last", ks)
+	all := rec.Events()
+	renewals, err := healthrec.Renewals(all)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var last time.Time
-	for _, e := range all[1 : len(all)-1] {
-		switch e.Kind {
-		case health.Renewed:
-			if !e.Sent.After(last) || e.Margin <= 0 {
-				t.Errorf("renewed: sent %v after %v, margin %v; want later sends and a margin > 0", e.Sent, last, e.Margin)
-			}
-			last = e.Sent
-		case health.AtRisk, health.RenewalFailed: // a slow renewal on a loaded machine
-		default:
-			t.Errorf("event %v between the grant and the release", e.Kind)
+	for _, e := range renewals {
+		if !e.Sent.After(last) || e.Margin <= 0 {
+			t.Errorf("renewed: sent %v after %v, margin %v; want later sends and a margin > 0", e.Sent, last, e.Margin)
 		}
+		last = e.Sent
 	}
 	if g := all[0]; g.Subject != ns+"/"+name || g.Token != l.Token() || g.Issuer != "k8slease" || g.Wait <= 0 {
 		t.Errorf("granted = %+v, want subject %s/%s, token %d, a wait", g, ns, name, l.Token())
@@ -115,7 +54,7 @@ func TestObserverEvents(t *testing.T) {
 		t.Errorf("Health() = %+v, want Deadline's deadline, a margin > 0", h)
 	}
 
-	rec2 := newRecorder()
+	rec2 := &healthrec.Recorder{}
 	name2 := leaseName(t)
 	l2 := mustLock(t, k8slease.Config{LeaseDuration: 30 * time.Second, Observer: rec2}, cs, name2, "a")
 	edit(t, cs, name2, func(l *coordinationv1.Lease) {
@@ -123,8 +62,8 @@ func TestObserverEvents(t *testing.T) {
 		l.Spec.HolderIdentity = &other
 	})
 	waitLost(t, l2, time.Minute)
-	all = rec2.waitFor(t, health.Lost, 1)
-	if got, want := kindsOf(all), []health.Kind{health.Granted, health.Lost}; !slices.Equal(got, want) {
+	all = rec2.WaitFor(t, health.Lost, 1)
+	if got, want := healthrec.Kinds(all), []health.Kind{health.Granted, health.Lost}; !slices.Equal(got, want) {
 		t.Fatalf("events = %v, want %v", got, want)
 	}
 	var le *lost.Error
@@ -143,16 +82,16 @@ func TestObserverRenewalFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := k8slease.Config{LeaseDuration: 6 * time.Second, Observer: rec}
 	l := mustLock(t, cfg, clientset(t, shared.ConfigVia(p.Addr())), leaseName(t), "a")
-	rec.waitFor(t, health.Renewed, 1)
+	rec.WaitFor(t, health.Renewed, 1)
 	p.Drop(faultnet.ToServer)
 	time.Sleep(1500 * time.Millisecond) // the next renewal, sent each second, hangs
 	p.Cut()
 	p.Heal()
-	all := rec.waitFor(t, health.RenewalFailed, 1)
-	all = rec.waitFor(t, health.Renewed, count(all, health.Renewed)+1)
+	all := rec.WaitFor(t, health.RenewalFailed, 1)
+	all = rec.WaitFor(t, health.Renewed, healthrec.Count(all, health.Renewed)+1)
 	if err := l.Signal().Err(); err != nil {
 		t.Fatalf("lost: %v", err)
 	}
@@ -164,16 +103,6 @@ func TestObserverRenewalFailed(t *testing.T) {
 	if r := all[failed+1]; r.Kind != health.AtRisk || r.Err != f.Err || r.Margin != f.Margin {
 		t.Errorf("after RenewalFailed: %v (%v, margin %v), want AtRisk with its error and margin", r.Kind, r.Err, r.Margin)
 	}
-}
-
-func count(es []health.Event, kind health.Kind) int {
-	n := 0
-	for _, e := range es {
-		if e.Kind == kind {
-			n++
-		}
-	}
-	return n
 }
 
 // TestUnlockCancelledContext: an Unlock whose context has ended still
@@ -217,64 +146,12 @@ func TestUnlockCancelledContext(t *testing.T) {
 	}
 }
 
-// stamped is an event and the time it was observed.
-type stamped struct {
-	health.Event
-	at time.Time
-}
-
-// stampRecorder is an Observer that keeps every event with its time.
-type stampRecorder struct {
-	mu  sync.Mutex
-	all []stamped
-}
-
-func (r *stampRecorder) Observe(e health.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, stamped{e, time.Now()})
-	r.mu.Unlock()
-}
-
-func (r *stampRecorder) events() []stamped {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.all)
-}
-
-// count returns how many events of kind were observed.
-func (r *stampRecorder) count(kind health.Kind) int {
-	n := 0
-	for _, e := range r.events() {
-		if e.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
-
 // slowed is the outcome of a slowed-link trial: the events, the time the
 // link was slowed, and the deadline the lease was lost at.
 type slowed struct {
-	events   []stamped
+	events   []healthrec.Stamped
 	slowedAt time.Time
 	deadline time.Time
-}
-
-// warning returns the first AtRisk event observed after the link was
-// slowed and before the deadline the lease was lost at, and whether there
-// is one: an event before the slowing (a renewal made slow by a loaded
-// machine) warns of nothing that follows, and one after the deadline (the
-// renewal cut by it, reported failed) of nothing at all.
-func (s slowed) warning() (stamped, bool) {
-	for _, e := range s.events {
-		switch {
-		case e.Kind == health.Lost || !e.at.Before(s.deadline):
-			return stamped{}, false
-		case e.Kind == health.AtRisk && !e.at.Before(s.slowedAt):
-			return e, true
-		}
-	}
-	return stamped{}, false
 }
 
 // slowedRun holds a 2 s lease through a proxy of its own, on a clientset
@@ -297,12 +174,12 @@ func slowedRun(ctx context.Context, name string, renewals int, share float64) (s
 		return out, err
 	}
 	defer cs.CoordinationV1().RESTClient().(*rest.RESTClient).Client.CloseIdleConnections()
-	rec := &stampRecorder{}
+	rec := &healthrec.Recorder{}
 	l, err := k8slease.Config{LeaseDuration: 2 * time.Second, Observer: rec}.Lock(ctx, cs, ns, name, "a")
 	if err != nil {
 		return out, err
 	}
-	for rec.count(health.Renewed) < renewals {
+	for rec.Count(health.Renewed) < renewals {
 		select {
 		case <-l.Signal().Done():
 			l.Unlock(context.Background())
@@ -326,12 +203,12 @@ func slowedRun(ctx context.Context, name string, renewals int, share float64) (s
 	p.Heal()
 	l.Unlock(context.Background()) // nothing to report after the loss
 	// The loss is reported right after the signal is lost.
-	for start := time.Now(); rec.count(health.Lost) == 0; time.Sleep(5 * time.Millisecond) {
+	for start := time.Now(); rec.Count(health.Lost) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Since(start) > 10*time.Second {
 			return out, fmt.Errorf("no Lost event within 10 s of the loss: %v", l.Signal().Err())
 		}
 	}
-	out.events = rec.events()
+	out.events = rec.Stamped()
 	return out, nil
 }
 
@@ -357,41 +234,37 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	warned, lead := 0, []time.Duration{}
+	sum := healthrec.Summary{Trials: trials}
 	for i, out := range outs {
 		if errs[i] != nil {
 			t.Errorf("trial %d: %v", i, errs[i])
 			continue
 		}
-		lost := slices.IndexFunc(out.events, func(e stamped) bool { return e.Kind == health.Lost })
-		if after := out.events[lost+1:]; len(after) > 0 {
-			t.Errorf("trial %d: events after the loss: %v", i, kindsOf(unstamp(after)))
+		// An event before the slowing (a renewal made slow by a loaded
+		// machine) warns of nothing that follows.
+		from := slices.IndexFunc(out.events, func(e healthrec.Stamped) bool { return !e.At.Before(out.slowedAt) })
+		if from < 0 {
+			from = len(out.events)
 		}
-		for _, e := range out.events[:lost] {
+		w, err := healthrec.AtRiskBeforeLoss(healthrec.Unstamp(out.events), healthrec.Trial{From: from})
+		lost, late := slices.IndexFunc(out.events, func(e healthrec.Stamped) bool { return e.Kind == health.Lost }), false
+		for _, e := range out.events[:max(lost, 0)] {
 			// The renewal cut by the deadline warns of nothing: the
 			// deadline's Lost tells it.
-			if !e.at.Before(out.deadline) {
-				t.Errorf("trial %d: %v %v after the deadline, before the Lost event (margin %v, %v)", i, e.Kind, e.at.Sub(out.deadline), e.Margin, e.Err)
+			if !e.At.Before(out.deadline) {
+				t.Errorf("trial %d: %v %v after the deadline, before the Lost event (margin %v, %v)", i, e.Kind, e.At.Sub(out.deadline), e.Margin, e.Err)
+				late = true
 			}
 		}
-		w, ok := out.warning()
-		if !ok {
-			t.Errorf("trial %d: lost via %v with no AtRisk between the slowing and the deadline: %v", i, out.events[lost].Via, kindsOf(unstamp(out.events)))
+		if err != nil {
+			t.Errorf("trial %d: the AtRisk between the slowing and the deadline: %v", i, err)
+		}
+		if err != nil || late {
 			continue
 		}
-		warned++
-		lead = append(lead, out.deadline.Sub(w.at))
+		sum.Margins = append(sum.Margins, out.deadline.Sub(out.events[w.Risk].At))
 	}
-	slices.Sort(lead)
-	if len(lead) > 0 {
-		t.Logf("AtRisk before the loss in %d of %d trials, %v before the deadline (median; least %v)", warned, trials, lead[len(lead)/2], lead[0])
+	if sum.Warned() > 0 {
+		t.Log(sum)
 	}
-}
-
-func unstamp(es []stamped) []health.Event {
-	out := make([]health.Event, len(es))
-	for i, e := range es {
-		out[i] = e.Event
-	}
-	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/mysqllease"
 )
 
@@ -23,40 +24,6 @@ var slowedConfig = mysqllease.Config{ServerTimeout: 3 * time.Second}
 // slowedSpan is slowedConfig's deadline span, ServerTimeout − Margin.
 const slowedSpan = 1500 * time.Millisecond
 
-// stamped is an event and when the observer was told of it.
-type stamped struct {
-	health.Event
-	at time.Time
-}
-
-// stampRecorder is an Observer that keeps every event with its arrival.
-type stampRecorder struct {
-	mu  sync.Mutex
-	all []stamped
-}
-
-func (r *stampRecorder) Observe(e health.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, stamped{e, time.Now()})
-	r.mu.Unlock()
-}
-
-func (r *stampRecorder) events() []stamped {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.all)
-}
-
-func (r *stampRecorder) count(kind health.Kind) int {
-	n := 0
-	for _, e := range r.events() {
-		if e.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
-
 // slowedTrial holds leases leases (observed) and one unobserved beside them
 // when shared, or one lease on a session of its own (Config.Alone), from a
 // pool of its own through a proxy of its own; once the session's
@@ -64,7 +31,7 @@ func (r *stampRecorder) count(kind health.Kind) int {
 // share of the deadline span each way, so that a round trip takes 2 × share
 // of it, waits for the loss, and returns each observed lease's events after
 // its Unlock and the pool's close.
-func slowedTrial(ctx context.Context, subj string, leases int, alone bool, share float64) ([][]stamped, error) {
+func slowedTrial(ctx context.Context, subj string, leases int, alone bool, share float64) ([][]healthrec.Stamped, error) {
 	proxy, err := faultnet.Listen(server.Addr())
 	if err != nil {
 		return nil, err
@@ -75,7 +42,7 @@ func slowedTrial(ctx context.Context, subj string, leases int, alone bool, share
 		return nil, err
 	}
 	defer db.Close()
-	recs := make([]*stampRecorder, leases)
+	recs := make([]*healthrec.Recorder, leases)
 	var held []*mysqllease.Lease
 	defer func() {
 		for _, l := range held {
@@ -83,7 +50,7 @@ func slowedTrial(ctx context.Context, subj string, leases int, alone bool, share
 		}
 	}()
 	for i := range recs {
-		recs[i] = &stampRecorder{}
+		recs[i] = &healthrec.Recorder{}
 		cfg := slowedConfig
 		cfg.Observer, cfg.Alone = recs[i], alone
 		l, err := cfg.Lock(ctx, db, fmt.Sprintf("%s-%d", subj, i))
@@ -99,7 +66,7 @@ func slowedTrial(ctx context.Context, subj string, leases int, alone bool, share
 		}
 		held = append(held, l)
 	}
-	for recs[0].count(health.Renewed) < 2 {
+	for recs[0].Count(health.Renewed) < 2 {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("two renewals: %w", ctx.Err())
@@ -116,7 +83,7 @@ func slowedTrial(ctx context.Context, subj string, leases int, alone bool, share
 	}
 	proxy.Heal()
 	for _, r := range recs {
-		for r.count(health.Lost) == 0 {
+		for r.Count(health.Lost) == 0 {
 			select {
 			case <-ctx.Done():
 				return nil, fmt.Errorf("no Lost event after the loss: %w", ctx.Err())
@@ -129,9 +96,9 @@ func slowedTrial(ctx context.Context, subj string, leases int, alone bool, share
 	}
 	held = nil
 	db.Close()
-	out := make([][]stamped, len(recs))
+	out := make([][]healthrec.Stamped, len(recs))
 	for i, r := range recs {
-		out[i] = r.events()
+		out[i] = r.Stamped()
 	}
 	return out, nil
 }
@@ -152,7 +119,7 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
-			results := make([][][]stamped, trials)
+			results := make([][][]healthrec.Stamped, trials)
 			errs := make([]error, trials)
 			var wg sync.WaitGroup
 			for i := range trials {
@@ -171,22 +138,21 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 				for j, es := range leases {
 					observed++
 					if err := checkWarned(es); err != nil {
-						t.Errorf("trial %d, lease %d: %v: %v", i, j, err, kindsOfStamped(es))
+						t.Errorf("trial %d, lease %d: %v: %v", i, j, err, healthrec.Kinds(healthrec.Unstamp(es)))
 						continue
 					}
 					warned++
 					for _, e := range es {
 						if e.Kind == health.AtRisk && errors.Is(e.Err, health.ErrUnconfirmed) {
-							lead = append(lead, e.Deadline.Sub(e.at))
+							lead = append(lead, e.Deadline.Sub(e.At))
 							break
 						}
 					}
 				}
 			}
-			slices.Sort(lead)
-			if len(lead) > 0 {
+			if sum := (healthrec.Summary{Trials: observed, Margins: lead}); sum.Warned() > 0 {
 				t.Logf("%s: AtRisk (unconfirmed) before the loss for %d of %d observed leases in %d trials; %v before the deadline (median; least %v)",
-					mode.name, warned, observed, trials, lead[len(lead)/2], lead[0])
+					mode.name, warned, observed, trials, sum.Median(), sum.Least())
 			}
 		})
 	}
@@ -195,31 +161,18 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 // checkWarned returns an error unless es, the events of one lease lost to
 // a slowed link, has an AtRisk of its session's warning before its one
 // Lost, Lost by the deadline, and nothing after the Lost.
-func checkWarned(es []stamped) error {
-	risk := false
-	for i, e := range es {
-		switch {
-		case e.Kind == health.AtRisk && errors.Is(e.Err, health.ErrUnconfirmed):
-			risk = true
-		case e.Kind == health.Lost:
-			switch {
-			case !risk:
-				return fmt.Errorf("lost via %v with no AtRisk (unconfirmed) before it", e.Via)
-			case i != len(es)-1:
-				return fmt.Errorf("%d events after the Lost", len(es)-1-i)
-			case e.Via != health.Deadline || !errors.Is(e.Err, mysqllease.ErrUnresponsive):
-				return fmt.Errorf("lost via %v with %v, want by the deadline, ErrUnresponsive", e.Via, e.Err)
-			}
-			return nil
-		}
+func checkWarned(es []healthrec.Stamped) error {
+	w, err := healthrec.AtRiskBeforeLoss(healthrec.Unstamp(es), healthrec.Trial{})
+	if err != nil {
+		return err
 	}
-	return errors.New("no Lost event")
-}
-
-func kindsOfStamped(es []stamped) []health.Kind {
-	var k []health.Kind
-	for _, e := range es {
-		k = append(k, e.Kind)
+	if !slices.ContainsFunc(es[:w.Lost], func(e healthrec.Stamped) bool {
+		return e.Kind == health.AtRisk && errors.Is(e.Err, health.ErrUnconfirmed)
+	}) {
+		return fmt.Errorf("lost via %v with no AtRisk (unconfirmed) before it", es[w.Lost].Via)
 	}
-	return k
+	if e := es[w.Lost]; e.Via != health.Deadline || !errors.Is(e.Err, mysqllease.ErrUnresponsive) {
+		return fmt.Errorf("lost via %v with %v, want by the deadline, ErrUnresponsive", e.Via, e.Err)
+	}
+	return nil
 }

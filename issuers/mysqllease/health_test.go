@@ -5,72 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/mysqllease"
 	"github.com/zukhruf/lease/lost"
 )
-
-// recorder is an Observer that keeps every event and wakes the test.
-type recorder struct {
-	mu  sync.Mutex
-	all []health.Event
-	new chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
-
-func (r *recorder) Observe(e health.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, e)
-	r.mu.Unlock()
-	select {
-	case r.new <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) events() []health.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.all)
-}
-
-// waitFor waits until n events of kind arrived, and returns every event.
-func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
-	t.Helper()
-	guard := time.After(time.Minute)
-	for {
-		all := r.events()
-		count := 0
-		for _, e := range all {
-			if e.Kind == kind {
-				count++
-			}
-		}
-		if count >= n {
-			return all
-		}
-		select {
-		case <-r.new:
-		case <-guard:
-			t.Fatalf("%d %v events within a minute, want %d: %v", count, kind, n, kindsOf(all))
-		}
-	}
-}
-
-func kindsOf(es []health.Event) []health.Kind {
-	var k []health.Kind
-	for _, e := range es {
-		k = append(k, e.Kind)
-	}
-	return k
-}
 
 // TestObserverEvents: a lease's observer is told of its grant, its
 // session's confirmations in order, and its release; another's, of its
@@ -78,33 +22,27 @@ func kindsOf(es []health.Event) []health.Kind {
 func TestObserverEvents(t *testing.T) {
 	admin := rootDB(t, server)
 	db := open(t, server.DSN("root", ""))
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := fast
 	cfg.Observer = rec
 	subj := subject(t)
 	l := lock(t, cfg, db, subj)
-	rec.waitFor(t, health.Renewed, 2)
+	rec.WaitFor(t, health.Renewed, 2)
 	h := l.Health()
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	all := rec.events()
-	ks := kindsOf(all)
-	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
-		t.Fatalf("events = %v, want granted first and released last", ks)
+	all := rec.Events()
+	renewals, err := healthrec.Renewals(all)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var last time.Time
-	for _, e := range all[1 : len(all)-1] {
-		switch e.Kind {
-		case health.Renewed:
-			if e.Sent.Before(last) || e.Deadline.Sub(e.Sent) != time.Second {
-				t.Errorf("renewed: sent %v after %v, deadline %v after it; want later sends, ServerTimeout less Margin", e.Sent, last, e.Deadline.Sub(e.Sent))
-			}
-			last = e.Sent
-		case health.AtRisk, health.RenewalFailed:
-		default:
-			t.Errorf("event %v between the grant and the release", e.Kind)
+	for _, e := range renewals {
+		if e.Sent.Before(last) || e.Deadline.Sub(e.Sent) != time.Second {
+			t.Errorf("renewed: sent %v after %v, deadline %v after it; want later sends, ServerTimeout less Margin", e.Sent, last, e.Deadline.Sub(e.Sent))
 		}
+		last = e.Sent
 	}
 	if g := all[0]; g.Subject != subj || g.Token != l.Token() || g.Issuer != "mysqllease" || g.Wait <= 0 {
 		t.Errorf("granted = %+v, want the subject, token %d, a wait", g, l.Token())
@@ -113,24 +51,24 @@ func TestObserverEvents(t *testing.T) {
 		t.Errorf("Health() = %+v, want the deadline 1 s after the confirmation, a margin > 0", h)
 	}
 
-	rec2 := newRecorder()
+	rec2 := &healthrec.Recorder{}
 	cfg.Observer = rec2
 	l2 := lock(t, cfg, open(t, server.DSN("root", "")), subject(t))
 	if _, err := admin.ExecContext(t.Context(), fmt.Sprintf("KILL CONNECTION %d", sessionOf(t, admin, l2))); err != nil {
 		t.Fatal(err)
 	}
 	waitLost(t, l2)
-	all = rec2.waitFor(t, health.Lost, 1)
+	all = rec2.WaitFor(t, health.Lost, 1)
 	loss := all[len(all)-1]
 	var le *lost.Error
 	if !errors.As(loss.Err, &le) || loss.Err != l2.Signal().Err() || loss.Via != health.Push {
 		t.Errorf("lost = %v via %v, want the signal's error via push", loss.Err, loss.Via)
 	}
 	if all[0].Kind != health.Granted || slices.ContainsFunc(all[1:len(all)-1], func(e health.Event) bool { return e.Kind == health.Lost || e.Kind == health.Released }) {
-		t.Errorf("events = %v, want the grant first and one loss last", kindsOf(all))
+		t.Errorf("events = %v, want the grant first and one loss last", healthrec.Kinds(all))
 	}
 	l2.Unlock(context.Background())
-	if n := len(rec2.events()); n != len(all) {
+	if n := len(rec2.Events()); n != len(all) {
 		t.Errorf("the Unlock of a lost lease reported %d events more", n-len(all))
 	}
 }
@@ -168,19 +106,19 @@ func TestUnlockCancelledContextHandsOver(t *testing.T) {
 // them.
 func TestHeartbeatAnsweredWithError(t *testing.T) {
 	db := open(t, server.DSN("root", ""))
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := mysqllease.Config{ServerTimeout: 4 * time.Second, Heartbeat: 100 * time.Millisecond, Observer: rec}
 	l := lock(t, cfg, db, subject(t))
 	defer l.Unlock(context.Background())
-	rec.waitFor(t, health.Renewed, 2)
+	rec.WaitFor(t, health.Renewed, 2)
 	mysqllease.BreakHeartbeats(db, 2)
-	all := rec.waitFor(t, health.RenewalFailed, 2)
+	all := rec.WaitFor(t, health.RenewalFailed, 2)
 	before := len(all)
 	for {
 		if err := l.Signal().Err(); err != nil {
-			t.Fatalf("the lease was lost: %v: %v", err, kindsOf(rec.events()))
+			t.Fatalf("the lease was lost: %v: %v", err, healthrec.Kinds(rec.Events()))
 		}
-		all = rec.events()
+		all = rec.Events()
 		renewed := 0
 		for _, e := range all[before:] {
 			if e.Kind == health.Renewed {
@@ -191,9 +129,9 @@ func TestHeartbeatAnsweredWithError(t *testing.T) {
 			break
 		}
 		select {
-		case <-rec.new:
+		case <-rec.Notify():
 		case <-time.After(waitTimeout):
-			t.Fatalf("no renewal after the failed heartbeats: %v", kindsOf(all))
+			t.Fatalf("no renewal after the failed heartbeats: %v", healthrec.Kinds(all))
 		}
 	}
 	var failed int
@@ -208,7 +146,7 @@ func TestHeartbeatAnsweredWithError(t *testing.T) {
 		}
 	}
 	if failed != 2 {
-		t.Errorf("%d RenewalFailed events, want 2: %v", failed, kindsOf(all))
+		t.Errorf("%d RenewalFailed events, want 2: %v", failed, healthrec.Kinds(all))
 	}
 }
 
@@ -223,7 +161,7 @@ func TestNoObserverNoWarning(t *testing.T) {
 	if a.WarningArmed() {
 		t.Fatal("a session with no observed lease armed a warning")
 	}
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := fast
 	cfg.Observer = rec
 	b := lock(t, cfg, db, subject(t))

@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/zukhruf/lease/health"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/mysqllease"
 )
 
@@ -251,7 +252,7 @@ func TestAlone(t *testing.T) {
 func TestDefaultsScaleWithServerTimeout(t *testing.T) {
 	db := rootDB(t, server)
 	for _, timeout := range []time.Duration{2 * time.Second, 3 * time.Second} {
-		rec := newRecorder()
+		rec := &healthrec.Recorder{}
 		cfg := mysqllease.Config{ServerTimeout: timeout, Observer: rec}
 		l := lock(t, cfg, db, subject(t))
 		time.Sleep(timeout)
@@ -261,13 +262,13 @@ func TestDefaultsScaleWithServerTimeout(t *testing.T) {
 		if err := l.Unlock(context.Background()); err != nil {
 			t.Fatalf("ServerTimeout %v: Unlock = %v", timeout, err)
 		}
-		for _, e := range rec.events() {
+		for _, e := range rec.Events() {
 			if e.Kind == health.Renewed && e.Deadline.Sub(e.Sent) != timeout/2 {
 				t.Errorf("ServerTimeout %v: renewed with the deadline %v after the send, want %v", timeout, e.Deadline.Sub(e.Sent), timeout/2)
 			}
 		}
-		if n := len(rec.events()); n < 3 {
-			t.Errorf("ServerTimeout %v: %d events, want the grant, renewals and the release: %v", timeout, n, kindsOf(rec.events()))
+		if n := len(rec.Events()); n < 3 {
+			t.Errorf("ServerTimeout %v: %d events, want the grant, renewals and the release: %v", timeout, n, healthrec.Kinds(rec.Events()))
 		}
 	}
 	for _, c := range []mysqllease.Config{{ServerTimeout: time.Second}, {ServerTimeout: 3 * time.Second}, {ServerTimeout: time.Hour}} {

@@ -11,77 +11,11 @@ import (
 
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/natslease"
 	"github.com/zukhruf/lease/issuers/natslease/internal/natstest"
 	"github.com/zukhruf/lease/lost"
 )
-
-// recorder is an Observer that keeps every event and wakes the test.
-type recorder struct {
-	mu  sync.Mutex
-	all []health.Event
-	new chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
-
-func (r *recorder) Observe(e health.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, e)
-	r.mu.Unlock()
-	select {
-	case r.new <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) events() []health.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.all)
-}
-
-// await waits until n events of kind arrived, at most within, and returns
-// every event.
-func (r *recorder) await(kind health.Kind, n int, within time.Duration) ([]health.Event, error) {
-	guard := time.NewTimer(within)
-	defer guard.Stop()
-	for {
-		all := r.events()
-		count := 0
-		for _, e := range all {
-			if e.Kind == kind {
-				count++
-			}
-		}
-		if count >= n {
-			return all, nil
-		}
-		select {
-		case <-r.new:
-		case <-guard.C:
-			return all, fmt.Errorf("%d %v events within %v, want %d: %v", count, kind, within, n, kindsOf(all))
-		}
-	}
-}
-
-// waitFor is await for a test: it fails the test after a minute.
-func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
-	t.Helper()
-	all, err := r.await(kind, n, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return all
-}
-
-func kindsOf(es []health.Event) []health.Kind {
-	var k []health.Kind
-	for _, e := range es {
-		k = append(k, e.Kind)
-	}
-	return k
-}
 
 // TestObserverEvents: a lease's observer is told of its grant, its
 // renewals in order with their margins, and its release; another's, of its
@@ -90,33 +24,27 @@ func kindsOf(es []health.Event) []health.Kind {
 // derived from it renew in time.
 func TestObserverEvents(t *testing.T) {
 	nc := client(t, shared.URL(natstest.App))
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := natslease.Config{TTL: time.Second, Observer: rec}
 	key := keyName(t)
 	l := mustLock(t, cfg, nc, key)
-	rec.waitFor(t, health.Renewed, 2)
+	rec.WaitFor(t, health.Renewed, 2)
 	h := l.Health()
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	all := rec.events()
-	ks := kindsOf(all)
-	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
-		t.Fatalf("events = %v, want granted first and released last", ks)
+	all := rec.Events()
+	renewals, err := healthrec.Renewals(all)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var last time.Time
-	for _, e := range all[1 : len(all)-1] {
-		switch e.Kind {
-		case health.Renewed:
-			if !e.Sent.After(last) || e.Margin <= 0 || e.Deadline.Sub(e.Sent) != 900*time.Millisecond || e.RoundTrip <= 0 {
-				t.Errorf("renewed: sent %v after %v, margin %v, round trip %v, deadline %v after the send; want later sends, a margin > 0, a round trip, TTL less margin",
-					e.Sent, last, e.Margin, e.RoundTrip, e.Deadline.Sub(e.Sent))
-			}
-			last = e.Sent
-		case health.AtRisk, health.RenewalFailed: // a slow renewal on a loaded machine
-		default:
-			t.Errorf("event %v between the grant and the release", e.Kind)
+	for _, e := range renewals {
+		if !e.Sent.After(last) || e.Margin <= 0 || e.Deadline.Sub(e.Sent) != 900*time.Millisecond || e.RoundTrip <= 0 {
+			t.Errorf("renewed: sent %v after %v, margin %v, round trip %v, deadline %v after the send; want later sends, a margin > 0, a round trip, TTL less margin",
+				e.Sent, last, e.Margin, e.RoundTrip, e.Deadline.Sub(e.Sent))
 		}
+		last = e.Sent
 	}
 	if g := all[0]; g.Subject != key || g.Token != l.Token() || g.Issuer != "natslease" || g.Wait <= 0 {
 		t.Errorf("granted = %+v, want subject %q, token %d, a wait", g, key, l.Token())
@@ -129,15 +57,15 @@ func TestObserverEvents(t *testing.T) {
 	}
 
 	// A loss, pushed: the key deleted by another client.
-	rec2 := newRecorder()
+	rec2 := &healthrec.Recorder{}
 	l2 := mustLock(t, natslease.Config{TTL: 10 * time.Second, Observer: rec2}, nc, key)
 	op := bucket(t, client(t, shared.URL(natstest.App)), natslease.DefaultBucket)
 	if err := op.Delete(t.Context(), key); err != nil {
 		t.Fatal(err)
 	}
 	waitLost(t, l2, lossWithin)
-	all = rec2.waitFor(t, health.Lost, 1)
-	if got, want := kindsOf(all), []health.Kind{health.Granted, health.Lost}; !slices.Equal(got, want) {
+	all = rec2.WaitFor(t, health.Lost, 1)
+	if got, want := healthrec.Kinds(all), []health.Kind{health.Granted, health.Lost}; !slices.Equal(got, want) {
 		t.Fatalf("events = %v, want %v", got, want)
 	}
 	var le *lost.Error
@@ -145,7 +73,7 @@ func TestObserverEvents(t *testing.T) {
 		t.Errorf("lost = %v via %v, want the signal's error %v via push", e.Err, e.Via, l2.Signal().Err())
 	}
 	l2.Unlock(context.Background())
-	if got := len(rec2.events()); got != 2 {
+	if got := len(rec2.Events()); got != 2 {
 		t.Errorf("the Unlock of a lost lease reported %d events more", got-2)
 	}
 }
@@ -160,10 +88,10 @@ func TestObserverRenewalFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer proxy.Close()
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	l := mustLock(t, natslease.Config{TTL: 2 * time.Second, Observer: rec}, client(t, "nats://app:app@"+proxy.Addr()), keyName(t))
 	failed := func() int {
-		for i, e := range rec.events() {
+		for i, e := range rec.Events() {
 			if e.Kind == health.RenewalFailed {
 				return i
 			}
@@ -174,39 +102,29 @@ func TestObserverRenewalFailed(t *testing.T) {
 	for failed() < 0 {
 		proxy.Cut()
 		select {
-		case <-rec.new:
+		case <-rec.Notify():
 		case <-l.Signal().Done():
 			t.Fatalf("the lease was lost before a renewal failed: %v", l.Signal().Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	i := failed()
-	rec.waitFor(t, health.Renewed, countKind(rec.events(), health.Renewed)+1)
+	rec.WaitFor(t, health.Renewed, rec.Count(health.Renewed)+1)
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	all := rec.events()
+	all := rec.Events()
 	f := all[i]
 	t.Logf("renewal failed with %v left: %v", f.Margin, f.Err)
 	if f.Err == nil || f.Sent.IsZero() || f.Deadline.IsZero() || f.Margin > 1800*time.Millisecond {
 		t.Errorf("renewal failed = %+v, want its error, its send time, the deadline and the time left", f)
 	}
 	if i+1 >= len(all) || all[i+1].Kind != health.AtRisk {
-		t.Errorf("events = %v, want AtRisk right after the RenewalFailed at %d", kindsOf(all), i)
+		t.Errorf("events = %v, want AtRisk right after the RenewalFailed at %d", healthrec.Kinds(all), i)
 	}
-	if last := all[len(all)-1]; last.Kind != health.Released || countKind(all, health.Lost) != 0 {
-		t.Errorf("events = %v, want no loss and the release last", kindsOf(all))
+	if last := all[len(all)-1]; last.Kind != health.Released || healthrec.Count(all, health.Lost) != 0 {
+		t.Errorf("events = %v, want no loss and the release last", healthrec.Kinds(all))
 	}
-}
-
-func countKind(es []health.Event, k health.Kind) int {
-	n := 0
-	for _, e := range es {
-		if e.Kind == k {
-			n++
-		}
-	}
-	return n
 }
 
 // TestObserverNilHealth: a lease with no observer has its Health all the
@@ -284,7 +202,7 @@ func slowedRun(t *testing.T, key string, share float64) (events []health.Event, 
 	defer proxy.Close()
 	nc := client(t, "nats://app:app@"+proxy.Addr())
 	defer nc.Close()
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	l, err := natslease.Config{TTL: slowedTTL, Observer: rec}.Lock(ctx, nc, key)
@@ -296,60 +214,42 @@ func slowedRun(t *testing.T, key string, share float64) (events []health.Event, 
 	defer guard.Stop()
 	for renewed := 0; renewed < 2; {
 		select {
-		case <-rec.new:
+		case <-rec.Notify():
 		case <-l.Signal().Done():
 		case <-guard.C:
-			return rec.events(), 0, fmt.Errorf("%d renewals confirmed within 30 s, want 2", renewed)
+			return rec.Events(), 0, fmt.Errorf("%d renewals confirmed within 30 s, want 2", renewed)
 		}
-		renewed = 0
-		for _, e := range rec.events() {
-			if e.Kind == health.Renewed {
-				renewed++
-			}
-		}
+		renewed = rec.Count(health.Renewed)
 		if l.Signal().Err() != nil {
-			_, err := rec.await(health.Lost, 1, 10*time.Second)
-			return rec.events(), 0, errors.Join(errLostEarly, err)
+			err := awaitLost(rec)
+			return rec.Events(), 0, errors.Join(errLostEarly, err)
 		}
 	}
 	span := slowedTTL - slowedTTL/10
-	slowed = len(rec.events())
+	slowed = len(rec.Events())
 	if l.Signal().Err() != nil {
-		_, err := rec.await(health.Lost, 1, 10*time.Second)
-		return rec.events(), 0, errors.Join(errLostEarly, err)
+		err := awaitLost(rec)
+		return rec.Events(), 0, errors.Join(errLostEarly, err)
 	}
 	proxy.Delay(time.Duration(share * float64(span) / 2))
 	select {
 	case <-l.Signal().Done():
 	case <-time.After(30 * time.Second):
-		return rec.events(), slowed, errors.New("the lease was not lost within 30 s of the slowed link")
+		return rec.Events(), slowed, errors.New("the lease was not lost within 30 s of the slowed link")
 	}
 	proxy.Heal()
 	// The loss is reported right after the signal is lost.
-	_, err = rec.await(health.Lost, 1, 10*time.Second)
+	err = awaitLost(rec)
 	l.Unlock(context.Background())
-	return rec.events(), slowed, err
+	return rec.Events(), slowed, err
 }
 
-// lossOrder returns what is wrong with the order of events: a Lost with no
-// AtRisk at or after index from before it, or events after the Lost. It
-// returns the AtRisk that came first, or nil.
-func lossOrder(events []health.Event, from int) (risk *health.Event, wrong []string) {
-	for j, e := range events {
-		if e.Kind == health.AtRisk && risk == nil && j >= from {
-			risk = &events[j]
-		}
-		if e.Kind != health.Lost {
-			continue
-		}
-		if j != len(events)-1 {
-			wrong = append(wrong, fmt.Sprintf("events after the loss: %v", kindsOf(events[j+1:])))
-		}
-		if risk == nil {
-			wrong = append(wrong, fmt.Sprintf("lost via %v with no AtRisk before it: %v", e.Via, kindsOf(events)))
-		}
-	}
-	return risk, wrong
+// awaitLost waits for rec's Lost event, at most 10 s.
+func awaitLost(rec *healthrec.Recorder) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := rec.Await(ctx, health.Lost, 1)
+	return err
 }
 
 // TestAtRiskBeforeLoss: a link slowed until a round trip takes 80% of the
@@ -383,37 +283,38 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 					break
 				}
 				r.early++
-				if _, wrong := lossOrder(r.events, 0); wrong != nil {
-					t.Errorf("trial %d, lost before the link was slowed: %v", i, wrong)
+				// A Lost event that came is checked; one that did not
+				// is the error of the run.
+				if healthrec.Count(r.events, health.Lost) > 0 {
+					if _, err := healthrec.AtRiskBeforeLoss(r.events, healthrec.Trial{}); err != nil {
+						t.Errorf("trial %d, lost before the link was slowed: %v", i, err)
+					}
 				}
 			}
 			results[i] = r
 		})
 	}
 	wg.Wait()
-	warned, early, lead := 0, 0, []time.Duration{}
+	early := 0
+	sum := healthrec.Summary{Trials: trials}
 	for i, r := range results {
 		early += r.early
 		if r.err != nil {
-			t.Errorf("trial %d: %v (events %v)", i, r.err, kindsOf(r.events))
+			t.Errorf("trial %d: %v (events %v)", i, r.err, healthrec.Kinds(r.events))
 			continue
 		}
-		risk, wrong := lossOrder(r.events, r.slowed)
-		for _, w := range wrong {
-			t.Errorf("trial %d: %s", i, w)
+		w, err := healthrec.AtRiskBeforeLoss(r.events, healthrec.Trial{From: r.slowed})
+		if err != nil {
+			t.Errorf("trial %d: %v", i, err)
+		} else {
+			sum.Margins = append(sum.Margins, w.Margin) // the time left before the deadline, warned
 		}
 		lostAt := r.events[len(r.events)-1]
 		if lostAt.Kind != health.Lost || lostAt.Via != health.Deadline || !errors.Is(lostAt.Err, natslease.ErrRenewalUnconfirmed) {
 			t.Errorf("trial %d: last event %v = %v via %v, want ErrRenewalUnconfirmed via the deadline", i, lostAt.Kind, lostAt.Err, lostAt.Via)
 		}
-		if risk != nil && wrong == nil {
-			warned++
-			lead = append(lead, risk.Margin) // the time left before the deadline, warned
-		}
 	}
-	slices.Sort(lead)
-	if len(lead) > 0 {
-		t.Logf("AtRisk before the loss in %d of %d trials, %v before the deadline (median; least %v); %d runs lost before the link was slowed, run again",
-			warned, trials, lead[len(lead)/2], lead[0], early)
+	if sum.Warned() > 0 {
+		t.Logf("%v; %d runs lost before the link was slowed, run again", sum, early)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/natslease"
 	"github.com/zukhruf/lease/issuers/natslease/internal/natstest"
 	"github.com/zukhruf/lease/lost"
@@ -279,7 +280,7 @@ func TestPermissionTakenAway(t *testing.T) {
 	}
 	nc := client(t, s.URL(natstest.Revocable))
 	key := keyName(t)
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	l := mustLock(t, natslease.Config{TTL: 3 * time.Second, Observer: rec}, nc, key)
 	if err := s.RevokePublish(); err != nil {
 		t.Fatal(err)
@@ -291,9 +292,9 @@ func TestPermissionTakenAway(t *testing.T) {
 		t.Fatalf("Err() = %v, want ErrRefused", err)
 	}
 	t.Logf("lost: %v", err)
-	all := rec.waitFor(t, health.Lost, 1)
+	all := rec.WaitFor(t, health.Lost, 1)
 	if e := all[len(all)-1]; e.Kind != health.Lost || e.Via != health.Answer || e.Err != err {
-		t.Errorf("last event = %v via %v (%v), want the loss via the answer: %v", e.Kind, e.Via, e.Err, kindsOf(all))
+		t.Errorf("last event = %v via %v (%v), want the loss via the answer: %v", e.Kind, e.Via, e.Err, healthrec.Kinds(all))
 	}
 }
 
@@ -308,12 +309,12 @@ func TestResetDuringRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := natslease.Config{TTL: 2 * time.Second, Observer: rec}
 	l := mustLock(t, cfg, client(t, "nats://app:app@"+p.Addr()), keyName(t))
 	period := cfg.TTL / 3 // the default RenewPeriod
 	for i := range 3 {
-		all := rec.waitFor(t, health.Renewed, countKind(rec.events(), health.Renewed)+1)
+		all := rec.WaitFor(t, health.Renewed, rec.Count(health.Renewed)+1)
 		last := all[len(all)-1]
 		for j := len(all) - 1; j >= 0 && last.Kind != health.Renewed; j-- {
 			last = all[j]
@@ -327,13 +328,13 @@ func TestResetDuringRenewal(t *testing.T) {
 		p.Heal()
 		for renewed := false; !renewed; {
 			select {
-			case <-rec.new:
+			case <-rec.Notify():
 			case <-l.Signal().Done():
-				t.Fatalf("reset %d: the lease was lost by a reset during a renewal: %v (events %v)", i, l.Signal().Err(), kindsOf(rec.events()))
+				t.Fatalf("reset %d: the lease was lost by a reset during a renewal: %v (events %v)", i, l.Signal().Err(), healthrec.Kinds(rec.Events()))
 			case <-time.After(time.Minute):
 				t.Fatalf("reset %d: no renewal within a minute", i)
 			}
-			for _, e := range rec.events() {
+			for _, e := range rec.Events() {
 				if e.Kind == health.Renewed && e.Sent.After(cut) {
 					renewed = true
 				}

@@ -13,87 +13,10 @@ import (
 
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/lost"
 )
-
-// recorder is an Observer that keeps every event and wakes the test.
-type recorder struct {
-	mu  sync.Mutex
-	all []health.Event
-	at  []time.Time // when each event was told
-	new chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
-
-func (r *recorder) Observe(e health.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, e)
-	r.at = append(r.at, time.Now())
-	r.mu.Unlock()
-	select {
-	case r.new <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) events() []health.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.all)
-}
-
-// timed returns every event and the time each was told.
-func (r *recorder) timed() ([]health.Event, []time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.all), slices.Clone(r.at)
-}
-
-// count returns how many events of kind were told.
-func (r *recorder) count(kind health.Kind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.all {
-		if e.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
-
-// waitFor waits until n events of kind arrived, and returns every event.
-func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
-	t.Helper()
-	guard := time.After(time.Minute)
-	for {
-		all := r.events()
-		count := 0
-		for _, e := range all {
-			if e.Kind == kind {
-				count++
-			}
-		}
-		if count >= n {
-			return all
-		}
-		select {
-		case <-r.new:
-		case <-guard:
-			t.Fatalf("%d %v events within a minute, want %d: %v", count, kind, n, kindsOf(all))
-		}
-	}
-}
-
-func kindsOf(es []health.Event) []health.Kind {
-	var k []health.Kind
-	for _, e := range es {
-		k = append(k, e.Kind)
-	}
-	return k
-}
 
 // TestObserverEvents: on a shared session and on a session of its own, a
 // lease's observer is told of its grant, its confirmed heartbeats in order,
@@ -105,30 +28,24 @@ func TestObserverEvents(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			admin := connect(t, server, server.Addr())
 			pool := newPool(t, server, server.Addr())
-			rec := newRecorder()
+			rec := &healthrec.Recorder{}
 			cfg := fast
 			cfg.OwnSession, cfg.Observer = own, rec
 			l := lock(t, cfg, pool, "observed "+name)
-			rec.waitFor(t, health.Renewed, 2)
+			rec.WaitFor(t, health.Renewed, 2)
 			h := l.Health()
 			unlock(t, l)
-			all := rec.events()
-			ks := kindsOf(all)
-			if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
-				t.Fatalf("events = %v, want granted first and released last", ks)
+			all := rec.Events()
+			renewals, err := healthrec.Renewals(all)
+			if err != nil {
+				t.Fatal(err)
 			}
 			var last time.Time
-			for _, e := range all[1 : len(all)-1] {
-				switch e.Kind {
-				case health.Renewed:
-					if e.Sent.Before(last) || e.Deadline.Sub(e.Sent) != fast.Deadline {
-						t.Errorf("renewed: sent %v after %v, deadline %v after it; want later sends, the Deadline", e.Sent, last, e.Deadline.Sub(e.Sent))
-					}
-					last = e.Sent
-				case health.AtRisk, health.RenewalFailed:
-				default:
-					t.Errorf("event %v between the grant and the release", e.Kind)
+			for _, e := range renewals {
+				if e.Sent.Before(last) || e.Deadline.Sub(e.Sent) != fast.Deadline {
+					t.Errorf("renewed: sent %v after %v, deadline %v after it; want later sends, the Deadline", e.Sent, last, e.Deadline.Sub(e.Sent))
 				}
+				last = e.Sent
 			}
 			if g := all[0]; g.Subject != "observed "+name || g.Token != l.Token() || g.Issuer != "pglease" || g.Wait <= 0 {
 				t.Errorf("granted = %+v, want the subject, token %d, a wait", g, l.Token())
@@ -137,22 +54,22 @@ func TestObserverEvents(t *testing.T) {
 				t.Errorf("Health() = %+v, want the deadline Deadline after the heartbeat, a margin > 0", h)
 			}
 
-			rec2 := newRecorder()
+			rec2 := &healthrec.Recorder{}
 			cfg.Observer = rec2
 			l2 := lock(t, cfg, pool, "observed lost "+name)
 			terminate(t, admin, holder(t, admin, l2.Key()))
 			waitLost(t, l2)
-			all = rec2.waitFor(t, health.Lost, 1)
+			all = rec2.WaitFor(t, health.Lost, 1)
 			loss := all[len(all)-1]
 			var le *lost.Error
 			if !errors.As(loss.Err, &le) || loss.Err != l2.Signal().Err() || loss.Via != health.Push {
 				t.Errorf("lost = %v via %v, want the signal's error via push", loss.Err, loss.Via)
 			}
 			if all[0].Kind != health.Granted || slices.ContainsFunc(all[1:len(all)-1], func(e health.Event) bool { return e.Kind == health.Lost || e.Kind == health.Released }) {
-				t.Errorf("events = %v, want the grant first and one loss last", kindsOf(all))
+				t.Errorf("events = %v, want the grant first and one loss last", healthrec.Kinds(all))
 			}
 			l2.Unlock(context.Background())
-			if n := len(rec2.events()); n != len(all) {
+			if n := len(rec2.Events()); n != len(all) {
 				t.Errorf("the Unlock of a lost lease reported %d events more", n-len(all))
 			}
 		})
@@ -171,7 +88,7 @@ func TestSessionWatchArmedOnlyObserved(t *testing.T) {
 	if n, _ := pglease.RiskArms(a); n != 0 {
 		t.Fatalf("the watch was armed %d times with no observed lease on the session, want 0", n)
 	}
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := fast
 	cfg.Observer = rec
 	b := lock(t, cfg, pool, "observed")
@@ -179,7 +96,7 @@ func TestSessionWatchArmedOnlyObserved(t *testing.T) {
 	if _, sb := pglease.RiskArms(b); sa != sb {
 		t.Fatal("the two leases are not on one shared session")
 	}
-	rec.waitFor(t, health.Renewed, 3)
+	rec.WaitFor(t, health.Renewed, 3)
 	if n, _ := pglease.RiskArms(a); n < 3 {
 		t.Errorf("the watch was armed %d times over 3 confirmations of an observed lease, want at least 3", n)
 	}
@@ -242,7 +159,7 @@ const slowedDeadline = 3 * time.Second
 // observed and one not: the session's warning goes to both observed leases.
 // It returns the observed leases' recorders and, for each, how many events
 // came before the link was slowed.
-func slowedRun(ctx context.Context, own bool, subject string, renewals int, share float64) (recs []*recorder, slowedAt []int, err error) {
+func slowedRun(ctx context.Context, own bool, subject string, renewals int, share float64) (recs []*healthrec.Recorder, slowedAt []int, err error) {
 	proxy, err := faultnet.Listen(server.Addr())
 	if err != nil {
 		return nil, nil, err
@@ -260,9 +177,9 @@ func slowedRun(ctx context.Context, own bool, subject string, renewals int, shar
 			l.Unlock(context.Background())
 		}
 	}()
-	observers := []*recorder{newRecorder(), nil}
+	observers := []*healthrec.Recorder{{}, nil}
 	if !own {
-		observers = append(observers, newRecorder())
+		observers = append(observers, &healthrec.Recorder{})
 	}
 	for i, rec := range observers {
 		cfg.Observer = nil
@@ -280,9 +197,9 @@ func slowedRun(ctx context.Context, own bool, subject string, renewals int, shar
 		}
 	}
 	rec, l := recs[0], ls[0]
-	for rec.count(health.Renewed) < renewals {
+	for rec.Count(health.Renewed) < renewals {
 		select {
-		case <-rec.new:
+		case <-rec.Notify():
 		case <-l.Signal().Done():
 			return recs, nil, fmt.Errorf("lost before the link was slowed: %w", l.Signal().Err())
 		case <-ctx.Done():
@@ -290,7 +207,7 @@ func slowedRun(ctx context.Context, own bool, subject string, renewals int, shar
 		}
 	}
 	for _, r := range recs {
-		slowedAt = append(slowedAt, len(r.events()))
+		slowedAt = append(slowedAt, len(r.Events()))
 	}
 	proxy.Delay(time.Duration(share * float64(slowedDeadline) / 2))
 	for _, l := range ls {
@@ -303,9 +220,9 @@ func slowedRun(ctx context.Context, own bool, subject string, renewals int, shar
 	proxy.Heal()
 	// The loss is told right after the signal is lost.
 	for _, r := range recs {
-		for r.count(health.Lost) == 0 {
+		for r.Count(health.Lost) == 0 {
 			select {
-			case <-r.new:
+			case <-r.Notify():
 			case <-ctx.Done():
 				return recs, slowedAt, fmt.Errorf("no Lost event after the loss: %w", ctx.Err())
 			}
@@ -325,28 +242,16 @@ type warning struct {
 // warned checks the events of a lease after the link was slowed (from
 // index from): a Lost event by the deadline, the last one, with an AtRisk
 // before it. It reports what was wrong, or the warning.
-func warned(rec *recorder, from int) (warning, error) {
-	all, times := rec.timed()
-	risk := -1
-	for j := from; j < len(all); j++ {
-		e := all[j]
-		if e.Kind == health.AtRisk && risk < 0 {
-			risk = j
-		}
-		if e.Kind != health.Lost {
-			continue
-		}
-		switch {
-		case j != len(all)-1:
-			return warning{}, fmt.Errorf("events after the loss: %v", kindsOf(all[j+1:]))
-		case e.Via != health.Deadline:
-			return warning{}, fmt.Errorf("lost via %v (%v), want the deadline", e.Via, e.Err)
-		case risk < 0:
-			return warning{}, fmt.Errorf("lost with no AtRisk before it since the link was slowed: %v", kindsOf(all[from:]))
-		}
-		return warning{all[risk], times[risk], times[j]}, nil
+func warned(rec *healthrec.Recorder, from int) (warning, error) {
+	all := rec.Stamped()
+	w, err := healthrec.AtRiskBeforeLoss(healthrec.Unstamp(all), healthrec.Trial{From: from})
+	if err != nil {
+		return warning{}, err
 	}
-	return warning{}, fmt.Errorf("no Lost event: %v", kindsOf(all[from:]))
+	if e := all[w.Lost]; e.Via != health.Deadline {
+		return warning{}, fmt.Errorf("lost via %v (%v), want the deadline", e.Via, e.Err)
+	}
+	return warning{all[w.Risk].Event, all[w.Risk].At, all[w.Lost].At}, nil
 }
 
 // TestAtRiskBeforeLoss: a link slowed until a round trip takes 80% of the
@@ -366,7 +271,7 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 		name := map[bool]string{false: "shared", true: "own"}[own]
 		t.Run(name, func(t *testing.T) {
 			type outcome struct {
-				recs     []*recorder
+				recs     []*healthrec.Recorder
 				slowedAt []int
 				err      error
 			}
@@ -410,14 +315,13 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 					warnedIn++
 				}
 			}
-			slices.Sort(left)
-			slices.Sort(lead)
-			if len(left) > 0 {
+			atWarning, toLost := healthrec.Summary{Trials: leases, Margins: left}, healthrec.Summary{Trials: leases, Margins: lead}
+			if atWarning.Warned() > 0 {
 				t.Logf("%s session, a round trip of %.0f%% of the %v deadline span: AtRisk before the loss in %d of %d trials (%d observed leases warned of %d, %d by the watch, health.ErrUnconfirmed); "+
 					"time left before the deadline at the warning: median %v, least %v; the warning to the Lost event: median %v, least %v",
-					name, share*100, slowedDeadline, warnedIn, trials, len(left), leases, unconfirmed,
-					left[len(left)/2].Round(time.Millisecond), left[0].Round(time.Millisecond),
-					lead[len(lead)/2].Round(time.Millisecond), lead[0].Round(time.Millisecond))
+					name, share*100, slowedDeadline, warnedIn, trials, atWarning.Warned(), leases, unconfirmed,
+					atWarning.Median().Round(time.Millisecond), atWarning.Least().Round(time.Millisecond),
+					toLost.Median().Round(time.Millisecond), toLost.Least().Round(time.Millisecond))
 			}
 		})
 	}

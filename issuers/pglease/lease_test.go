@@ -14,6 +14,7 @@ import (
 
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/pglease"
 	"github.com/zukhruf/lease/lost"
 )
@@ -480,10 +481,10 @@ func TestShortDurationHolds(t *testing.T) {
 	} {
 		for _, own := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s own=%v", name, own), func(t *testing.T) {
-				rec := newRecorder()
+				rec := &healthrec.Recorder{}
 				cfg.OwnSession, cfg.Observer = own, rec
 				l := lock(t, cfg, pool, "short "+t.Name())
-				rec.waitFor(t, health.Renewed, 3)
+				rec.WaitFor(t, health.Renewed, 3)
 				if err := l.Signal().Err(); err != nil {
 					t.Fatalf("Err() = %v, want nil", err)
 				}

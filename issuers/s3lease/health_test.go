@@ -13,66 +13,11 @@ import (
 
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/s3lease"
 	"github.com/zukhruf/lease/issuers/s3lease/internal/s3test"
 	"github.com/zukhruf/lease/lost"
 )
-
-// recorder is an Observer that keeps every event and wakes the test.
-type recorder struct {
-	mu  sync.Mutex
-	all []health.Event
-	new chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
-
-func (r *recorder) Observe(e health.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, e)
-	r.mu.Unlock()
-	select {
-	case r.new <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) events() []health.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.all)
-}
-
-// waitFor waits until n events of kind arrived, and returns every event.
-func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
-	t.Helper()
-	guard := time.After(time.Minute)
-	for {
-		all := r.events()
-		count := 0
-		for _, e := range all {
-			if e.Kind == kind {
-				count++
-			}
-		}
-		if count >= n {
-			return all
-		}
-		select {
-		case <-r.new:
-		case <-guard:
-			t.Fatalf("%d %v events within a minute, want %d: %v", count, kind, n, kindsOf(all))
-		}
-	}
-}
-
-func kindsOf(es []health.Event) []health.Kind {
-	var k []health.Kind
-	for _, e := range es {
-		k = append(k, e.Kind)
-	}
-	return k
-}
 
 // TestObserverEvents: a lease's observer is told of its grant, its
 // renewals in order with their margins, and its release; another's, of its
@@ -80,35 +25,29 @@ func kindsOf(es []health.Event) []health.Kind {
 // it was learned: the answer to its next renewal.
 func TestObserverEvents(t *testing.T) {
 	c := client(t, shared.Addr())
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := short
 	cfg.Observer = rec
 	key := keyName(t)
 	l := mustLock(t, cfg, c, key)
-	rec.waitFor(t, health.Renewed, 2)
+	rec.WaitFor(t, health.Renewed, 2)
 	h := l.Health()
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	all := rec.events()
-	ks := kindsOf(all)
-	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
-		t.Fatalf("events = %v, want granted first and released last", ks)
+	all := rec.Events()
+	renewals, err := healthrec.Renewals(all)
+	if err != nil {
+		t.Fatal(err)
 	}
 	span := short.TTL - short.TTL/10 - short.TTL/20 // the deadline: TTL less ClockSkew and Margin
 	var last time.Time
-	for _, e := range all[1 : len(all)-1] {
-		switch e.Kind {
-		case health.Renewed:
-			if !e.Sent.After(last) || e.Margin <= 0 || e.Deadline.Sub(e.Sent) != span || e.RoundTrip <= 0 {
-				t.Errorf("renewed: sent %v after %v, margin %v, round trip %v, deadline %v after the send; want later sends, a margin and a round trip > 0, %v",
-					e.Sent, last, e.Margin, e.RoundTrip, e.Deadline.Sub(e.Sent), span)
-			}
-			last = e.Sent
-		case health.AtRisk, health.RenewalFailed: // a slow renewal on a loaded machine
-		default:
-			t.Errorf("event %v between the grant and the release", e.Kind)
+	for _, e := range renewals {
+		if !e.Sent.After(last) || e.Margin <= 0 || e.Deadline.Sub(e.Sent) != span || e.RoundTrip <= 0 {
+			t.Errorf("renewed: sent %v after %v, margin %v, round trip %v, deadline %v after the send; want later sends, a margin and a round trip > 0, %v",
+				e.Sent, last, e.Margin, e.RoundTrip, e.Deadline.Sub(e.Sent), span)
 		}
+		last = e.Sent
 	}
 	if g := all[0]; g.Subject != key || g.Token != l.Token() || g.Issuer != "s3lease" || g.Wait <= 0 {
 		t.Errorf("granted = %+v, want subject %q, token %d, a wait", g, key, l.Token())
@@ -122,15 +61,15 @@ func TestObserverEvents(t *testing.T) {
 
 	// A loss, learned from a renewal's answer: the object deleted by an
 	// operator.
-	rec2 := newRecorder()
+	rec2 := &healthrec.Recorder{}
 	cfg2 := s3lease.Config{Bucket: bucket, TTL: 10 * time.Second, Observer: rec2}
 	l2 := mustLock(t, cfg2, c, key)
 	if err := client(t, shared.Addr()).RemoveObject(t.Context(), bucket, key, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitLost(t, l2, time.Minute)
-	all = rec2.waitFor(t, health.Lost, 1)
-	if ks := kindsOf(all); ks[0] != health.Granted || ks[len(ks)-1] != health.Lost || slices.Contains(ks, health.Released) {
+	all = rec2.WaitFor(t, health.Lost, 1)
+	if ks := healthrec.Kinds(all); ks[0] != health.Granted || ks[len(ks)-1] != health.Lost || slices.Contains(ks, health.Released) {
 		t.Fatalf("events = %v, want granted first and lost last", ks)
 	}
 	var le *lost.Error
@@ -139,8 +78,8 @@ func TestObserverEvents(t *testing.T) {
 	}
 	n := len(all)
 	l2.Unlock(context.Background())
-	if got := len(rec2.events()); got != n {
-		t.Errorf("the Unlock of a lost lease reported %d events more: %v", got-n, kindsOf(rec2.events()[n:]))
+	if got := len(rec2.Events()); got != n {
+		t.Errorf("the Unlock of a lost lease reported %d events more: %v", got-n, healthrec.Kinds(rec2.Events()[n:]))
 	}
 }
 
@@ -255,43 +194,27 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	warned, lead := 0, []time.Duration{}
+	sum := healthrec.Summary{Trials: atRiskTrials}
 	for i, r := range results {
 		if r.err != nil {
-			t.Errorf("trial %d: %v; events %v", i, r.err, kindsOf(r.events))
+			t.Errorf("trial %d: %v; events %v", i, r.err, healthrec.Kinds(r.events))
 			continue
 		}
-		var risk *health.Event
-		lostAt := -1
-		for j, e := range r.events {
-			if e.Kind == health.AtRisk && risk == nil && lostAt < 0 {
-				risk = &r.events[j]
-			}
-			if e.Kind == health.Lost && lostAt < 0 {
-				lostAt = j
-			}
+		w, err := healthrec.AtRiskBeforeLoss(r.events, healthrec.Trial{})
+		if err != nil {
+			t.Errorf("trial %d: %v", i, err)
+		} else {
+			sum.Margins = append(sum.Margins, w.Margin) // the time left before the deadline, warned
 		}
-		switch {
-		case lostAt < 0:
-			t.Errorf("trial %d: no Lost event: %v", i, kindsOf(r.events))
-		case lostAt != len(r.events)-1:
-			t.Errorf("trial %d: events after the loss: %v", i, kindsOf(r.events[lostAt+1:]))
-		case risk == nil:
-			t.Errorf("trial %d: lost via %v with no AtRisk before it: %v", i, r.events[lostAt].Via, kindsOf(r.events))
-		default:
-			warned++
-			lead = append(lead, risk.Margin) // the time left before the deadline, warned
-		}
-		if lostAt >= 0 && (r.events[lostAt].Via != health.Deadline || !errors.Is(r.events[lostAt].Err, s3lease.ErrRenewalUnconfirmed)) {
+		if lostAt := slices.IndexFunc(r.events, func(e health.Event) bool { return e.Kind == health.Lost }); lostAt >= 0 && (r.events[lostAt].Via != health.Deadline || !errors.Is(r.events[lostAt].Err, s3lease.ErrRenewalUnconfirmed)) {
 			t.Errorf("trial %d: lost via %v with %v, want via the deadline with ErrRenewalUnconfirmed", i, r.events[lostAt].Via, r.events[lostAt].Err)
 		}
 	}
 	if r := results[0]; r.err == nil {
-		t.Logf("trial 0: %v", kindsOf(r.events))
+		t.Logf("trial 0: %v", healthrec.Kinds(r.events))
 	}
-	slices.Sort(lead)
-	if len(lead) > 0 {
-		t.Logf("AtRisk before the loss in %d of %d trials, %v before the deadline (median; least %v)", warned, atRiskTrials, lead[len(lead)/2], lead[0])
+	if sum.Warned() > 0 {
+		t.Log(sum)
 	}
 }
 
@@ -306,7 +229,7 @@ func slowedRun(ctx context.Context, key string, share float64) ([]health.Event, 
 		return nil, err
 	}
 	defer p.Close()
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	cfg := short
 	cfg.Observer = rec
 	l, err := cfg.Lock(ctx, s3test.Client(p.Addr()), key)
@@ -314,20 +237,15 @@ func slowedRun(ctx context.Context, key string, share float64) ([]health.Event, 
 		return nil, err
 	}
 	for renewed := 0; renewed < 2; {
-		renewed = 0
-		for _, e := range rec.events() {
-			if e.Kind == health.Renewed {
-				renewed++
-			}
-		}
+		renewed = rec.Count(health.Renewed)
 		select {
-		case <-rec.new:
+		case <-rec.Notify():
 		case <-l.Signal().Done():
 			l.Unlock(context.Background())
-			return rec.events(), fmt.Errorf("lost before the link was slowed: %w", l.Signal().Err())
+			return rec.Events(), fmt.Errorf("lost before the link was slowed: %w", l.Signal().Err())
 		case <-ctx.Done():
 			l.Unlock(context.Background())
-			return rec.events(), ctx.Err()
+			return rec.Events(), ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -337,15 +255,15 @@ func slowedRun(ctx context.Context, key string, share float64) ([]health.Event, 
 	case <-l.Signal().Done():
 	case <-ctx.Done():
 		l.Unlock(context.Background())
-		return rec.events(), fmt.Errorf("the lease was not lost: %w", ctx.Err())
+		return rec.Events(), fmt.Errorf("the lease was not lost: %w", ctx.Err())
 	}
 	p.Heal()
 	l.Unlock(context.Background()) // the object is released if it is still the lease's; no event follows
 	// The loss is reported right after the signal is lost.
 	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(5 * time.Millisecond) {
-		if es := rec.events(); len(es) > 0 && es[len(es)-1].Kind == health.Lost {
+		if es := rec.Events(); len(es) > 0 && es[len(es)-1].Kind == health.Lost {
 			return es, nil
 		}
 	}
-	return rec.events(), errors.New("no Lost event after the loss")
+	return rec.Events(), errors.New("no Lost event after the loss")
 }

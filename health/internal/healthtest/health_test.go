@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/zukhruf/lease/health/otelhealth"
 	"github.com/zukhruf/lease/health/promhealth"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/redislease"
 )
 
@@ -169,7 +169,7 @@ func positive(text, name string) bool {
 // before the loss, in each of 30 trials.
 func TestAtRiskBeforeLoss(t *testing.T) {
 	const trials = 30
-	warned, lead := 0, []time.Duration{}
+	sum := healthrec.Summary{Trials: trials}
 	for i := range trials {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		events, err := healthtest.SlowedRun(ctx, server.Addr, fmt.Sprintf("at-risk-%d", i), 2, 0.8, nil)
@@ -177,31 +177,16 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 		if err != nil {
 			t.Fatalf("trial %d: %v", i, err)
 		}
-		var risk *health.Event
-		for j, e := range events {
-			if (e.Kind == health.AtRisk || e.Kind == health.RenewalFailed) && e.Margin <= 0 {
-				// Past the deadline only the Lost event may tell.
-				t.Errorf("trial %d: %v with %v left, past the deadline", i, e.Kind, e.Margin)
-			}
-			if e.Kind == health.AtRisk && risk == nil {
-				risk = &events[j]
-			}
-			if e.Kind == health.Lost {
-				if j != len(events)-1 {
-					t.Errorf("trial %d: events after the loss: %v", i, events[j+1:])
-				}
-				if risk == nil {
-					t.Errorf("trial %d: lost via %v with no AtRisk before it", i, e.Via)
-				} else {
-					warned++
-					lead = append(lead, risk.Margin) // the time left before the deadline, warned
-				}
-			}
+		// Past the deadline only the Lost event may tell.
+		w, err := healthrec.AtRiskBeforeLoss(events, healthrec.Trial{TimeLeft: true})
+		if err != nil {
+			t.Errorf("trial %d: %v", i, err)
+			continue
 		}
+		sum.Margins = append(sum.Margins, w.Margin) // the time left before the deadline, warned
 	}
-	slices.Sort(lead)
-	if len(lead) > 0 {
-		t.Logf("AtRisk before the loss in %d of %d trials, %v before the deadline (median; least %v)", warned, trials, lead[len(lead)/2], lead[0])
+	if sum.Warned() > 0 {
+		t.Log(sum)
 	}
 }
 

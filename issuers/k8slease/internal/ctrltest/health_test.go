@@ -4,71 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/zukhruf/lease/health"
 	"github.com/zukhruf/lease/internal/faultnet"
+	"github.com/zukhruf/lease/internal/healthrec"
 	"github.com/zukhruf/lease/issuers/ctrllease"
 	"github.com/zukhruf/lease/issuers/k8slease"
 )
-
-// recorder is an Observer that keeps every event and wakes the test.
-type recorder struct {
-	mu  sync.Mutex
-	all []health.Event
-	new chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{new: make(chan struct{}, 1)} }
-
-func (r *recorder) Observe(e health.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, e)
-	r.mu.Unlock()
-	select {
-	case r.new <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) events() []health.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.all)
-}
-
-// waitFor waits until n events of kind arrived, and returns every event.
-func (r *recorder) waitFor(t *testing.T, kind health.Kind, n int) []health.Event {
-	t.Helper()
-	guard := time.After(time.Minute)
-	for {
-		all := r.events()
-		count := 0
-		for _, e := range all {
-			if e.Kind == kind {
-				count++
-			}
-		}
-		if count >= n {
-			return all
-		}
-		select {
-		case <-r.new:
-		case <-guard:
-			t.Fatalf("%d %v events within a minute, want %d: %v", count, kind, n, kindsOf(all))
-		}
-	}
-}
-
-func kindsOf(es []health.Event) []health.Kind {
-	var k []health.Kind
-	for _, e := range es {
-		k = append(k, e.Kind)
-	}
-	return k
-}
 
 // TestObserverSeesTerms: the observer of Options.Config is told of each
 // term's lease: a's grant, its renewals and its loss when an operator takes
@@ -77,20 +21,20 @@ func TestObserverSeesTerms(t *testing.T) {
 	b := &book{}
 	name, cm := uniqueName(t), uniqueName(t)
 	makeConfigMap(t, cm)
-	rec := newRecorder()
+	rec := &healthrec.Recorder{}
 	a := startReplica(t, b, "a", name, cm, replicaOptions{opts: func(o *ctrllease.Options) { o.Config.Observer = rec }})
 	waitLeading(t, b, a, 1)
-	rec.waitFor(t, health.Renewed, 1)
+	rec.WaitFor(t, health.Renewed, 1)
 	takeOver(t, name, "operator")
-	all := rec.waitFor(t, health.Lost, 1)
+	all := rec.WaitFor(t, health.Lost, 1)
 	if loss := all[len(all)-1]; !errors.Is(loss.Err, k8slease.ErrTakenOver) || loss.Issuer != "k8slease" {
 		t.Errorf("lost = %v of %s, want ErrTakenOver of k8slease", loss.Err, loss.Issuer)
 	}
 	waitLeading(t, b, a, 2) // the operator's record expires after its 2 s
 	a.stop()
 	<-a.done
-	all = rec.waitFor(t, health.Released, 1)
-	ks := kindsOf(all)
+	all = rec.WaitFor(t, health.Released, 1)
+	ks := healthrec.Kinds(all)
 	if ks[0] != health.Granted || ks[len(ks)-1] != health.Released {
 		t.Fatalf("events = %v, want granted first and released last", ks)
 	}
@@ -99,53 +43,14 @@ func TestObserverSeesTerms(t *testing.T) {
 	}
 }
 
-// stamped is an event and the time it was observed.
-type stamped struct {
-	health.Event
-	at time.Time
+// of returns the events r was told of the lease whose token is token.
+func of(r *healthrec.Recorder, token int64) []healthrec.Stamped {
+	return slices.DeleteFunc(r.Stamped(), func(e healthrec.Stamped) bool { return e.Token != token })
 }
 
-// stampRecorder is an Observer that keeps every event with its time.
-type stampRecorder struct {
-	mu  sync.Mutex
-	all []stamped
-}
-
-func (r *stampRecorder) Observe(e health.Event) {
-	r.mu.Lock()
-	r.all = append(r.all, stamped{e, time.Now()})
-	r.mu.Unlock()
-}
-
-// of returns the events of the lease whose token is token.
-func (r *stampRecorder) of(token int64) []stamped {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []stamped
-	for _, e := range r.all {
-		if e.Token == token {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func count(es []stamped, kind health.Kind) int {
-	n := 0
-	for _, e := range es {
-		if e.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
-
-func stampedKinds(es []stamped) []health.Kind {
-	var k []health.Kind
-	for _, e := range es {
-		k = append(k, e.Kind)
-	}
-	return k
+// count returns how many events of es are of kind.
+func count(es []healthrec.Stamped, kind health.Kind) int {
+	return healthrec.Count(healthrec.Unstamp(es), kind)
 }
 
 // slowedTerm is a replica whose lease's link to the apiserver (not its
@@ -153,7 +58,7 @@ func stampedKinds(es []stamped) []health.Kind {
 type slowedTerm struct {
 	r        *replica
 	p        *faultnet.Proxy
-	rec      *stampRecorder
+	rec      *healthrec.Recorder
 	lease    *k8slease.Lease // the first term's
 	slowedAt time.Time
 	deadline time.Time // the deadline the first term's lease was lost at
@@ -176,7 +81,7 @@ func TestTermAtRiskBeforeLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Close()
-		st := &slowedTerm{p: p, rec: &stampRecorder{}}
+		st := &slowedTerm{p: p, rec: &healthrec.Recorder{}}
 		name, cm := uniqueName(t), uniqueName(t)
 		makeConfigMap(t, cm)
 		st.r = startReplica(t, b, fmt.Sprint("a", i), name, cm, replicaOptions{opts: func(o *ctrllease.Options) {
@@ -188,7 +93,7 @@ func TestTermAtRiskBeforeLoss(t *testing.T) {
 	for _, st := range terms {
 		waitLeading(t, b, st.r, 1)
 		st.lease = st.r.lease()
-		waitFor(t, time.Minute, st.r.who+"'s 2 renewals", func() bool { return count(st.rec.of(st.lease.Token()), health.Renewed) >= 2 })
+		waitFor(t, time.Minute, st.r.who+"'s 2 renewals", func() bool { return count(of(st.rec, st.lease.Token()), health.Renewed) >= 2 })
 		h := st.lease.Health()
 		st.slowedAt = time.Now()
 		st.p.Delay(time.Duration(0.8 * float64(h.Deadline.Sub(h.Renewed)) / 2))
@@ -200,7 +105,7 @@ func TestTermAtRiskBeforeLoss(t *testing.T) {
 			t.Fatalf("%s's first term was not lost through the slowed link within a minute", st.r.who)
 		}
 		st.deadline = st.lease.Health().Deadline
-		waitFor(t, 10*time.Second, st.r.who+"'s Lost event", func() bool { return count(st.rec.of(st.lease.Token()), health.Lost) > 0 })
+		waitFor(t, 10*time.Second, st.r.who+"'s Lost event", func() bool { return count(of(st.rec, st.lease.Token()), health.Lost) > 0 })
 	}
 	for _, st := range terms {
 		st.r.stop()
@@ -209,31 +114,30 @@ func TestTermAtRiskBeforeLoss(t *testing.T) {
 	}
 	warned, lead := 0, []time.Duration{}
 	for _, st := range terms {
-		es := st.rec.of(st.lease.Token())
+		es := of(st.rec, st.lease.Token())
 		if last := es[len(es)-1]; last.Kind != health.Lost || !errors.Is(last.Err, k8slease.ErrRenewalUnconfirmed) {
-			t.Errorf("%s's first term: events %v, the last with %v; want Lost last, with ErrRenewalUnconfirmed", st.r.who, stampedKinds(es), last.Err)
+			t.Errorf("%s's first term: events %v, the last with %v; want Lost last, with ErrRenewalUnconfirmed", st.r.who, healthrec.Kinds(healthrec.Unstamp(es)), last.Err)
 		}
 		for _, e := range es[:len(es)-1] {
-			if !e.at.Before(st.deadline) {
-				t.Errorf("%s's first term: %v %v after the deadline, before the Lost event", st.r.who, e.Kind, e.at.Sub(st.deadline))
+			if !e.At.Before(st.deadline) {
+				t.Errorf("%s's first term: %v %v after the deadline, before the Lost event", st.r.who, e.Kind, e.At.Sub(st.deadline))
 			}
 		}
-		var warning *stamped
+		var warning *healthrec.Stamped
 		for i, e := range es {
-			if e.Kind == health.AtRisk && !e.at.Before(st.slowedAt) && e.at.Before(st.deadline) {
+			if e.Kind == health.AtRisk && !e.At.Before(st.slowedAt) && e.At.Before(st.deadline) {
 				warning = &es[i]
 				break
 			}
 		}
 		if warning == nil {
-			t.Errorf("%s's first term: no AtRisk between the slowing and the deadline: %v", st.r.who, stampedKinds(es))
+			t.Errorf("%s's first term: no AtRisk between the slowing and the deadline: %v", st.r.who, healthrec.Kinds(healthrec.Unstamp(es)))
 			continue
 		}
 		warned++
-		lead = append(lead, st.deadline.Sub(warning.at))
+		lead = append(lead, st.deadline.Sub(warning.At))
 	}
-	slices.Sort(lead)
-	if len(lead) > 0 {
-		t.Logf("AtRisk before the loss in %d of %d terms, %v before the deadline (median; least %v)", warned, trials, lead[len(lead)/2], lead[0])
+	if sum := (healthrec.Summary{Trials: trials, Margins: lead}); sum.Warned() > 0 {
+		t.Logf("AtRisk before the loss in %d of %d terms, %v before the deadline (median; least %v)", warned, trials, sum.Median(), sum.Least())
 	}
 }
