@@ -381,11 +381,22 @@ func TestBeside(t *testing.T) {
 }
 
 func ExampleBinary_Version() {
+	// The module that pins the tool: kept beside the package that runs
+	// it (gobin.Beside), here made in a folder of its own.
+	dir, err := os.MkdirTemp("", "server")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	pin := "module example.com/server\n\ngo 1.22\n\nrequire example.com/tool v1.2.3\n"
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(pin), 0o644); err != nil {
+		panic(err)
+	}
 	b := gobin.Binary{
 		Name:    "tool",
 		Module:  "example.com/tool",
 		Package: "example.com/tool/cmd/tool",
-		Dir:     gobin.Beside("testdata/server"),
+		Dir:     dir,
 	}
 	v, err := b.Version()
 	fmt.Println(v, err)
