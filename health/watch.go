@@ -67,7 +67,11 @@ func (w *Watch) fire() {
 		return
 	}
 	defer w.mu.Unlock() // a Stop waits for the event: nothing follows the loss's
+	left := time.Until(w.at)
+	if left <= 0 {
+		return // a timer run late, past the deadline: the Lost that follows tells it
+	}
 	e := w.e
-	e.Kind, e.Deadline, e.Margin, e.Err = AtRisk, w.at, time.Until(w.at), ErrUnconfirmed
+	e.Kind, e.Deadline, e.Margin, e.Err = AtRisk, w.at, left, ErrUnconfirmed
 	w.o.Observe(e)
 }

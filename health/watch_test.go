@@ -60,6 +60,22 @@ func TestWatch(t *testing.T) {
 	})
 }
 
+// TestWatchPastDeadline: a warning whose timer runs at or past the
+// deadline tells nothing; the Lost that follows does.
+func TestWatchPastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r syncRecord
+		var w health.Watch
+		start := time.Now()
+		w.Arm(&r, health.Event{Subject: "orders"}, start.Add(-2*time.Second), start.Add(-time.Millisecond))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := r.events(); len(got) != 0 {
+			t.Errorf("events past the deadline = %+v, want none", got)
+		}
+	})
+}
+
 func TestWatchNil(t *testing.T) {
 	var w health.Watch
 	w.Arm(nil, health.Event{}, time.Now(), time.Now().Add(time.Millisecond)) // nothing armed

@@ -178,6 +178,7 @@ const (
 func TestAtRiskBeforeLoss(t *testing.T) {
 	type result struct {
 		events []health.Event
+		slowed int // the index of the first event after the link was slowed
 		err    error
 	}
 	results := make([]result, atRiskTrials)
@@ -189,8 +190,8 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
-			events, err := slowedRun(ctx, fmt.Sprintf("%s-%d", keyName(t), i), 0.8)
-			results[i] = result{events, err}
+			events, slowed, err := slowedRun(ctx, fmt.Sprintf("%s-%d", keyName(t), i), 0.8)
+			results[i] = result{events, slowed, err}
 		})
 	}
 	wg.Wait()
@@ -200,7 +201,7 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 			t.Errorf("trial %d: %v; events %v", i, r.err, healthrec.Kinds(r.events))
 			continue
 		}
-		w, err := healthrec.AtRiskBeforeLoss(r.events, healthrec.Trial{})
+		w, err := healthrec.AtRiskBeforeLoss(r.events, healthrec.Trial{From: r.slowed})
 		if err != nil {
 			t.Errorf("trial %d: %v", i, err)
 		} else {
@@ -222,11 +223,13 @@ func TestAtRiskBeforeLoss(t *testing.T) {
 // own, lets it renew twice, then delays every byte of the link by half of
 // share of the deadline span each way (a round trip of share of the span),
 // and waits for the loss. It releases the lease, and returns every event
-// the lease's observer was told, in order.
-func slowedRun(ctx context.Context, key string, share float64) ([]health.Event, error) {
+// the lease's observer was told, in order, and the index of the first told
+// after the link was slowed: a warning before it (a renewal slowed by a
+// loaded machine) warns of nothing that follows.
+func slowedRun(ctx context.Context, key string, share float64) ([]health.Event, int, error) {
 	p, err := faultnet.Listen(shared.Addr())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer p.Close()
 	rec := &healthrec.Recorder{}
@@ -234,7 +237,7 @@ func slowedRun(ctx context.Context, key string, share float64) ([]health.Event, 
 	cfg.Observer = rec
 	l, err := cfg.Lock(ctx, s3test.Client(p.Addr()), key)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for renewed := 0; renewed < 2; {
 		renewed = rec.Count(health.Renewed)
@@ -242,28 +245,29 @@ func slowedRun(ctx context.Context, key string, share float64) ([]health.Event, 
 		case <-rec.Notify():
 		case <-l.Signal().Done():
 			l.Unlock(context.Background())
-			return rec.Events(), fmt.Errorf("lost before the link was slowed: %w", l.Signal().Err())
+			return rec.Events(), 0, fmt.Errorf("lost before the link was slowed: %w", l.Signal().Err())
 		case <-ctx.Done():
 			l.Unlock(context.Background())
-			return rec.Events(), ctx.Err()
+			return rec.Events(), 0, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	span := short.TTL - short.TTL/10 - short.TTL/20
+	slowed := len(rec.Events())
 	p.Delay(time.Duration(share * float64(span) / 2))
 	select {
 	case <-l.Signal().Done():
 	case <-ctx.Done():
 		l.Unlock(context.Background())
-		return rec.Events(), fmt.Errorf("the lease was not lost: %w", ctx.Err())
+		return rec.Events(), slowed, fmt.Errorf("the lease was not lost: %w", ctx.Err())
 	}
 	p.Heal()
 	l.Unlock(context.Background()) // the object is released if it is still the lease's; no event follows
 	// The loss is reported right after the signal is lost.
 	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(5 * time.Millisecond) {
 		if es := rec.Events(); len(es) > 0 && es[len(es)-1].Kind == health.Lost {
-			return es, nil
+			return es, slowed, nil
 		}
 	}
-	return rec.Events(), errors.New("no Lost event after the loss")
+	return rec.Events(), slowed, errors.New("no Lost event after the loss")
 }
