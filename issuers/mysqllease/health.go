@@ -36,22 +36,34 @@ func (l *Lease) event() health.Event {
 }
 
 // granted reports the grant of a Lock begun at begun, and counts the lease
-// among its session's observers.
+// among its session's observers. It tells and counts under the session's
+// notify mutex, which fail takes after it loses its leases: a lease lost
+// before it was counted (its session ended as Lock returned) is told its
+// loss here, at once after its grant; one counted before, by fail.
 func (l *Lease) granted(begun time.Time) {
 	if l.obs == nil {
 		return
 	}
 	e := l.event()
 	e.Wait = time.Since(begun)
+	m := l.m
+	m.notify.Lock()
 	health.NotifyGranted(l.obs, e)
+	if err := l.ctrl.Signal().Err(); err != nil {
+		e.Wait, e.Err, e.Via = 0, err, via(err)
+		health.NotifyLost(l.obs, e)
+		m.notify.Unlock()
+		return
+	}
+	m.observers.Add(1)
 	l.observed.Store(true)
-	l.m.observe()
+	m.notify.Unlock()
+	m.observe()
 }
 
-// observe counts one more lease with an observer on the session, and arms
-// the session's warning for its last confirmation if it was not armed.
+// observe arms the session's warning for its last confirmation if it was
+// not armed, now that a lease on it has an observer.
 func (m *shared) observe() {
-	m.observers.Add(1)
 	m.mu.Lock()
 	m.armRisk()
 	m.mu.Unlock()

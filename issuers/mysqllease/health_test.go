@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,5 +169,46 @@ func TestNoObserverNoWarning(t *testing.T) {
 	defer b.Unlock(context.Background())
 	if !b.WarningArmed() || !a.WarningArmed() {
 		t.Errorf("the session of an observed lease armed no warning")
+	}
+}
+
+// grantHook is an observer that records, and runs f once as it is told a
+// grant, before it returns.
+type grantHook struct {
+	rec  *healthrec.Recorder
+	once sync.Once
+	f    func()
+}
+
+func (h *grantHook) Observe(e health.Event) {
+	h.rec.Observe(e)
+	if e.Kind == health.Granted {
+		h.once.Do(h.f)
+	}
+}
+
+// TestObserverLostAsGranted: a lease whose session ends while its grant is
+// being told is told its loss after the grant.
+func TestObserverLostAsGranted(t *testing.T) {
+	admin := rootDB(t, server)
+	db := open(t, server.DSN("root", ""))
+	a := lock(t, fast, db, subject(t))
+	defer a.Unlock(context.Background())
+	h := &grantHook{rec: &healthrec.Recorder{}}
+	h.f = func() {
+		if _, err := admin.ExecContext(context.Background(), fmt.Sprintf("KILL CONNECTION %d", sessionOf(t, admin, a))); err != nil {
+			t.Error(err)
+			return
+		}
+		waitLost(t, a)
+	}
+	cfg := fast
+	cfg.Observer = h
+	b := lock(t, cfg, db, subject(t))
+	defer b.Unlock(context.Background())
+	waitLost(t, b)
+	all := h.rec.WaitFor(t, health.Lost, 1)
+	if len(all) != 2 || all[0].Kind != health.Granted || all[1].Kind != health.Lost || all[1].Err != b.Signal().Err() {
+		t.Errorf("events = %v, want the grant, then the loss with the signal's error", healthrec.Kinds(all))
 	}
 }

@@ -410,10 +410,12 @@ func (m *shared) fail(cause error) {
 	leases := m.leases
 	m.leases = nil
 	m.mu.Unlock()
-	// Every lease is lost before any observer is told.
+	// Every lease is lost before any observer is told. A lease with an
+	// observer is told under notify if granted counted it by then; if not,
+	// granted tells its loss (see Lease.granted).
 	var lost []*Lease
 	for l := range leases {
-		if l.ctrl.Lose(cause) && l.observed.Load() {
+		if l.ctrl.Lose(cause) && l.obs != nil {
 			lost = append(lost, l)
 		}
 	}
