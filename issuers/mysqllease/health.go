@@ -175,8 +175,12 @@ func (m *shared) atRisk() {
 		if !l.observed.Load() || l.ctrl.Signal().Err() != nil {
 			continue
 		}
+		left := time.Until(at)
+		if left <= 0 {
+			return // the deadline passed: the Lost that follows tells it, as in health.NotifyFailed
+		}
 		e := l.event()
-		e.Kind, e.Deadline, e.Margin, e.Err = health.AtRisk, at, time.Until(at), health.ErrUnconfirmed
+		e.Kind, e.Deadline, e.Margin, e.Err = health.AtRisk, at, left, health.ErrUnconfirmed
 		l.obs.Observe(e)
 	}
 }
