@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"sync/atomic"
+	"time"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // Claim records a live lease of this process on the lock name of db's
@@ -65,4 +68,11 @@ func (l *Lease) WarningArmed() bool {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
 	return l.m.risk != nil
+}
+
+// ObserveLate gives l, a lease granted without an observer, the observer o
+// and reports its grant now, as if Lock returned only now.
+func (l *Lease) ObserveLate(o health.Observer) {
+	l.obs = o
+	l.granted(time.Now())
 }

@@ -57,6 +57,18 @@ func (l *Lease) granted(begun time.Time) {
 	}
 	m.observers.Add(1)
 	l.observed.Store(true)
+	// Granted after the warning for the confirmation in force was told,
+	// the lease is told it now; a warning not yet told tells it.
+	m.mu.Lock()
+	c, dead := m.confirmed, m.dead
+	m.mu.Unlock()
+	if at := c.Add(m.cfg.deadline()); !dead && m.warned.Equal(c) && l.ctrl.Signal().Err() == nil {
+		if left := time.Until(at); left > 0 {
+			e := l.event()
+			e.Kind, e.Deadline, e.Margin, e.Err = health.AtRisk, at, left, health.ErrUnconfirmed
+			l.obs.Observe(e)
+		}
+	}
 	m.notify.Unlock()
 	m.observe()
 }
@@ -166,11 +178,13 @@ func (m *shared) atRisk() {
 		m.mu.Unlock()
 		return
 	}
-	at := m.confirmed.Add(m.cfg.deadline())
+	c := m.confirmed
+	at := c.Add(m.cfg.deadline())
 	m.mu.Unlock()
 	ls := m.observedLeases()
 	m.notify.Lock()
 	defer m.notify.Unlock()
+	m.warned = c // a lease granted later is told by granted
 	for _, l := range ls {
 		if !l.observed.Load() || l.ctrl.Signal().Err() != nil {
 			continue

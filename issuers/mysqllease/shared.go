@@ -45,6 +45,7 @@ type shared struct {
 
 	notify   sync.Mutex // held while the events of the session's leases are told
 	reported time.Time  // send time of the last confirmation told; notify guards it
+	warned   time.Time  // the confirmation whose warning was told; notify guards it
 
 	mu        sync.Mutex
 	leases    map[*Lease]struct{}
