@@ -3,6 +3,7 @@ package mysqllease
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -75,4 +76,19 @@ func (l *Lease) WarningArmed() bool {
 func (l *Lease) ObserveLate(o health.Observer) {
 	l.obs = o
 	l.granted(time.Now())
+}
+
+// FailStatement runs on the session of l a statement that fails as a
+// broken connection does, which ends the session.
+func (l *Lease) FailStatement() error {
+	return l.m.run(func(context.Context) error { return errors.New("the connection broke") })
+}
+
+// StatementsFree reports whether the statement lock of l's session is free.
+func (l *Lease) StatementsFree() bool {
+	if !l.m.stmt.TryLock() {
+		return false
+	}
+	l.m.stmt.Unlock()
+	return true
 }

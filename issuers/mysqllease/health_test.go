@@ -212,3 +212,40 @@ func TestObserverLostAsGranted(t *testing.T) {
 		t.Errorf("events = %v, want the grant, then the loss with the signal's error", healthrec.Kinds(all))
 	}
 }
+
+// lostHook is an observer that records, and runs f as it is told a loss.
+type lostHook struct {
+	rec *healthrec.Recorder
+	f   func()
+}
+
+func (h *lostHook) Observe(e health.Event) {
+	if e.Kind == health.Lost {
+		h.f()
+	}
+	h.rec.Observe(e)
+}
+
+// TestObserverLostStatementsFree: a statement that fails its session loses
+// its leases, and their observers are told with the session's statement
+// lock given back.
+func TestObserverLostStatementsFree(t *testing.T) {
+	db := open(t, server.DSN("root", ""))
+	var l *mysqllease.Lease
+	free := make(chan bool, 1)
+	h := &lostHook{rec: &healthrec.Recorder{}, f: func() { free <- l.StatementsFree() }}
+	cfg := fast
+	cfg.Observer = h
+	l = lock(t, cfg, db, subject(t))
+	defer l.Unlock(context.Background())
+	if err := l.FailStatement(); err == nil {
+		t.Fatal("FailStatement() = nil, want its error")
+	}
+	if err := l.Signal().Err(); !errors.Is(err, mysqllease.ErrConnLost) {
+		t.Errorf("Err() = %v after the statement returned, want mysqllease.ErrConnLost", err)
+	}
+	h.rec.WaitFor(t, health.Lost, 1)
+	if !<-free {
+		t.Error("the observer was told the loss with the statement lock held")
+	}
+}
