@@ -208,3 +208,18 @@ func TestAtRiskGrantedLate(t *testing.T) {
 		t.Errorf("events = %v, want granted, then at risk with health.ErrUnconfirmed", healthrec.Kinds(all))
 	}
 }
+
+// TestAtRiskNotPastDeadline: a warning whose timer runs after the deadline
+// tells nothing: the loss that follows tells it.
+func TestAtRiskNotPastDeadline(t *testing.T) {
+	db := open(t, server.DSN("root", ""))
+	rec := &healthrec.Recorder{}
+	cfg := fast
+	cfg.Observer = rec
+	l := lock(t, cfg, db, subject(t))
+	defer l.Unlock(context.Background())
+	l.WarnPastDeadline()
+	if all := rec.Events(); slices.ContainsFunc(all, func(e health.Event) bool { return e.Kind == health.AtRisk }) {
+		t.Errorf("events = %v, want no at risk past the deadline", healthrec.Kinds(all))
+	}
+}

@@ -92,3 +92,20 @@ func (l *Lease) StatementsFree() bool {
 	l.m.stmt.Unlock()
 	return true
 }
+
+// WarnPastDeadline runs the warning of l's session as its timer would,
+// late, once the deadline of its last confirmation passed.
+func (l *Lease) WarnPastDeadline() {
+	m := l.m
+	m.mu.Lock()
+	was := m.confirmed
+	past := time.Now().Add(-m.cfg.deadline() - time.Millisecond)
+	m.confirmed = past
+	m.mu.Unlock()
+	m.atRisk()
+	m.mu.Lock()
+	if m.confirmed.Equal(past) { // no confirmation came meanwhile
+		m.confirmed = was
+	}
+	m.mu.Unlock()
+}
