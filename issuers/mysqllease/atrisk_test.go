@@ -176,3 +176,50 @@ func checkWarned(es []healthrec.Stamped) error {
 	}
 	return nil
 }
+
+// TestAtRiskGrantedLate: a lease granted on a session after its warning
+// for the confirmation in force was told is told AtRisk right after its
+// grant.
+func TestAtRiskGrantedLate(t *testing.T) {
+	db := open(t, server.DSN("root", ""))
+	first := &healthrec.Recorder{}
+	cfg := mysqllease.Config{ServerTimeout: 4 * time.Second, Heartbeat: 100 * time.Millisecond}
+	b := lock(t, cfg, db, subject(t))
+	defer b.Unlock(context.Background())
+	cfg.Observer = first
+	a := lock(t, cfg, db, subject(t))
+	defer a.Unlock(context.Background())
+	first.WaitFor(t, health.Renewed, 1)
+	mysqllease.BreakHeartbeats(db, 1000)
+	defer mysqllease.BreakHeartbeats(db, 0)
+	for !slices.ContainsFunc(first.Events(), func(e health.Event) bool {
+		return e.Kind == health.AtRisk && errors.Is(e.Err, health.ErrUnconfirmed)
+	}) {
+		select {
+		case <-first.Notify():
+		case <-time.After(waitTimeout):
+			t.Fatalf("no warning: %v", healthrec.Kinds(first.Events()))
+		}
+	}
+	rec := &healthrec.Recorder{}
+	b.ObserveLate(rec)
+	all := rec.Events()
+	if len(all) < 2 || all[0].Kind != health.Granted || all[1].Kind != health.AtRisk || !errors.Is(all[1].Err, health.ErrUnconfirmed) || all[1].Margin <= 0 {
+		t.Errorf("events = %v, want granted, then at risk with health.ErrUnconfirmed", healthrec.Kinds(all))
+	}
+}
+
+// TestAtRiskNotPastDeadline: a warning whose timer runs after the deadline
+// tells nothing: the loss that follows tells it.
+func TestAtRiskNotPastDeadline(t *testing.T) {
+	db := open(t, server.DSN("root", ""))
+	rec := &healthrec.Recorder{}
+	cfg := fast
+	cfg.Observer = rec
+	l := lock(t, cfg, db, subject(t))
+	defer l.Unlock(context.Background())
+	l.WarnPastDeadline()
+	if all := rec.Events(); slices.ContainsFunc(all, func(e health.Event) bool { return e.Kind == health.AtRisk }) {
+		t.Errorf("events = %v, want no at risk past the deadline", healthrec.Kinds(all))
+	}
+}

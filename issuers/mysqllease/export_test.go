@@ -3,7 +3,11 @@ package mysqllease
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync/atomic"
+	"time"
+
+	"github.com/zukhruf/lease/health"
 )
 
 // Claim records a live lease of this process on the lock name of db's
@@ -65,4 +69,43 @@ func (l *Lease) WarningArmed() bool {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
 	return l.m.risk != nil
+}
+
+// ObserveLate gives l, a lease granted without an observer, the observer o
+// and reports its grant now, as if Lock returned only now.
+func (l *Lease) ObserveLate(o health.Observer) {
+	l.obs = o
+	l.granted(time.Now())
+}
+
+// FailStatement runs on the session of l a statement that fails as a
+// broken connection does, which ends the session.
+func (l *Lease) FailStatement() error {
+	return l.m.run(func(context.Context) error { return errors.New("the connection broke") })
+}
+
+// StatementsFree reports whether the statement lock of l's session is free.
+func (l *Lease) StatementsFree() bool {
+	if !l.m.stmt.TryLock() {
+		return false
+	}
+	l.m.stmt.Unlock()
+	return true
+}
+
+// WarnPastDeadline runs the warning of l's session as its timer would,
+// late, once the deadline of its last confirmation passed.
+func (l *Lease) WarnPastDeadline() {
+	m := l.m
+	m.mu.Lock()
+	was := m.confirmed
+	past := time.Now().Add(-m.cfg.deadline() - time.Millisecond)
+	m.confirmed = past
+	m.mu.Unlock()
+	m.atRisk()
+	m.mu.Lock()
+	if m.confirmed.Equal(past) { // no confirmation came meanwhile
+		m.confirmed = was
+	}
+	m.mu.Unlock()
 }

@@ -36,22 +36,46 @@ func (l *Lease) event() health.Event {
 }
 
 // granted reports the grant of a Lock begun at begun, and counts the lease
-// among its session's observers.
+// among its session's observers. It tells and counts under the session's
+// notify mutex, which fail takes after it loses its leases: a lease lost
+// before it was counted (its session ended as Lock returned) is told its
+// loss here, at once after its grant; one counted before, by fail.
 func (l *Lease) granted(begun time.Time) {
 	if l.obs == nil {
 		return
 	}
 	e := l.event()
 	e.Wait = time.Since(begun)
+	m := l.m
+	m.notify.Lock()
 	health.NotifyGranted(l.obs, e)
+	if err := l.ctrl.Signal().Err(); err != nil {
+		e.Wait, e.Err, e.Via = 0, err, via(err)
+		health.NotifyLost(l.obs, e)
+		m.notify.Unlock()
+		return
+	}
+	m.observers.Add(1)
 	l.observed.Store(true)
-	l.m.observe()
+	// Granted after the warning for the confirmation in force was told,
+	// the lease is told it now; a warning not yet told tells it.
+	m.mu.Lock()
+	c, dead := m.confirmed, m.dead
+	m.mu.Unlock()
+	if at := c.Add(m.cfg.deadline()); !dead && m.warned.Equal(c) && l.ctrl.Signal().Err() == nil {
+		if left := time.Until(at); left > 0 {
+			e := l.event()
+			e.Kind, e.Deadline, e.Margin, e.Err = health.AtRisk, at, left, health.ErrUnconfirmed
+			l.obs.Observe(e)
+		}
+	}
+	m.notify.Unlock()
+	m.observe()
 }
 
-// observe counts one more lease with an observer on the session, and arms
-// the session's warning for its last confirmation if it was not armed.
+// observe arms the session's warning for its last confirmation if it was
+// not armed, now that a lease on it has an observer.
 func (m *shared) observe() {
-	m.observers.Add(1)
 	m.mu.Lock()
 	m.armRisk()
 	m.mu.Unlock()
@@ -154,17 +178,23 @@ func (m *shared) atRisk() {
 		m.mu.Unlock()
 		return
 	}
-	at := m.confirmed.Add(m.cfg.deadline())
+	c := m.confirmed
+	at := c.Add(m.cfg.deadline())
 	m.mu.Unlock()
 	ls := m.observedLeases()
 	m.notify.Lock()
 	defer m.notify.Unlock()
+	m.warned = c // a lease granted later is told by granted
 	for _, l := range ls {
 		if !l.observed.Load() || l.ctrl.Signal().Err() != nil {
 			continue
 		}
+		left := time.Until(at)
+		if left <= 0 {
+			return // the deadline passed: the Lost that follows tells it, as in health.NotifyFailed
+		}
 		e := l.event()
-		e.Kind, e.Deadline, e.Margin, e.Err = health.AtRisk, at, time.Until(at), health.ErrUnconfirmed
+		e.Kind, e.Deadline, e.Margin, e.Err = health.AtRisk, at, left, health.ErrUnconfirmed
 		l.obs.Observe(e)
 	}
 }

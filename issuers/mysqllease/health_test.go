@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,5 +169,83 @@ func TestNoObserverNoWarning(t *testing.T) {
 	defer b.Unlock(context.Background())
 	if !b.WarningArmed() || !a.WarningArmed() {
 		t.Errorf("the session of an observed lease armed no warning")
+	}
+}
+
+// grantHook is an observer that records, and runs f once as it is told a
+// grant, before it returns.
+type grantHook struct {
+	rec  *healthrec.Recorder
+	once sync.Once
+	f    func()
+}
+
+func (h *grantHook) Observe(e health.Event) {
+	h.rec.Observe(e)
+	if e.Kind == health.Granted {
+		h.once.Do(h.f)
+	}
+}
+
+// TestObserverLostAsGranted: a lease whose session ends while its grant is
+// being told is told its loss after the grant.
+func TestObserverLostAsGranted(t *testing.T) {
+	admin := rootDB(t, server)
+	db := open(t, server.DSN("root", ""))
+	a := lock(t, fast, db, subject(t))
+	defer a.Unlock(context.Background())
+	h := &grantHook{rec: &healthrec.Recorder{}}
+	h.f = func() {
+		if _, err := admin.ExecContext(context.Background(), fmt.Sprintf("KILL CONNECTION %d", sessionOf(t, admin, a))); err != nil {
+			t.Error(err)
+			return
+		}
+		waitLost(t, a)
+	}
+	cfg := fast
+	cfg.Observer = h
+	b := lock(t, cfg, db, subject(t))
+	defer b.Unlock(context.Background())
+	waitLost(t, b)
+	all := h.rec.WaitFor(t, health.Lost, 1)
+	if len(all) != 2 || all[0].Kind != health.Granted || all[1].Kind != health.Lost || all[1].Err != b.Signal().Err() {
+		t.Errorf("events = %v, want the grant, then the loss with the signal's error", healthrec.Kinds(all))
+	}
+}
+
+// lostHook is an observer that records, and runs f as it is told a loss.
+type lostHook struct {
+	rec *healthrec.Recorder
+	f   func()
+}
+
+func (h *lostHook) Observe(e health.Event) {
+	if e.Kind == health.Lost {
+		h.f()
+	}
+	h.rec.Observe(e)
+}
+
+// TestObserverLostStatementsFree: a statement that fails its session loses
+// its leases, and their observers are told with the session's statement
+// lock given back.
+func TestObserverLostStatementsFree(t *testing.T) {
+	db := open(t, server.DSN("root", ""))
+	var l *mysqllease.Lease
+	free := make(chan bool, 1)
+	h := &lostHook{rec: &healthrec.Recorder{}, f: func() { free <- l.StatementsFree() }}
+	cfg := fast
+	cfg.Observer = h
+	l = lock(t, cfg, db, subject(t))
+	defer l.Unlock(context.Background())
+	if err := l.FailStatement(); err == nil {
+		t.Fatal("FailStatement() = nil, want its error")
+	}
+	if err := l.Signal().Err(); !errors.Is(err, mysqllease.ErrConnLost) {
+		t.Errorf("Err() = %v after the statement returned, want mysqllease.ErrConnLost", err)
+	}
+	h.rec.WaitFor(t, health.Lost, 1)
+	if !<-free {
+		t.Error("the observer was told the loss with the statement lock held")
 	}
 }

@@ -45,6 +45,7 @@ type shared struct {
 
 	notify   sync.Mutex // held while the events of the session's leases are told
 	reported time.Time  // send time of the last confirmation told; notify guards it
+	warned   time.Time  // the confirmation whose warning was told; notify guards it
 
 	mu        sync.Mutex
 	leases    map[*Lease]struct{}
@@ -164,21 +165,24 @@ func (m *shared) runFor(timeout time.Duration, f func(ctx context.Context) error
 // does for every statement but the heartbeat (see beat).
 func (m *shared) runAs(timeout time.Duration, errConfirms bool, f func(ctx context.Context) error) (time.Time, error) {
 	m.stmt.Lock()
-	sent, moved, err := m.runLocked(timeout, errConfirms, f)
+	sent, moved, failed, err := m.runLocked(timeout, errConfirms, f)
 	m.stmt.Unlock()
 	// The observers are told after the statement lock is given back: a
-	// slow Observer holds up no statement of the session.
+	// slow Observer holds up no statement of the session. The leases of a
+	// session that failed were lost before it was given back.
+	m.report(failed)
 	if moved && m.observers.Load() > 0 {
 		m.renewed(sent, time.Now())
 	}
 	return sent, err
 }
 
-// runLocked runs f as runAs says, stmt held, and returns its send time and
-// whether its answer moved the deadline.
-func (m *shared) runLocked(timeout time.Duration, errConfirms bool, f func(ctx context.Context) error) (sent time.Time, moved bool, err error) {
+// runLocked runs f as runAs says, stmt held, and returns its send time,
+// whether its answer moved the deadline, and the session's failure when
+// the statement failed it: its leases lost, its observers not yet told.
+func (m *shared) runLocked(timeout time.Duration, errConfirms bool, f func(ctx context.Context) error) (sent time.Time, moved bool, failed failure, err error) {
 	if m.ctx.Err() != nil {
-		return sent, false, errGone
+		return sent, false, failed, errGone
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, timeout)
 	defer cancel()
@@ -188,20 +192,19 @@ func (m *shared) runLocked(timeout time.Duration, errConfirms bool, f func(ctx c
 	switch {
 	case err == nil:
 	case m.ctx.Err() != nil:
-		return sent, false, errGone
+		return sent, false, failed, errGone
 	case errors.As(err, &me) && !errors.Is(causeOf(err), ErrKilled) && !errors.Is(causeOf(err), ErrShutdown):
 		// The server answered: the session is alive, the statement failed.
 		if !errConfirms {
-			return sent, false, err
+			return sent, false, failed, err
 		}
 	default:
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: a statement was not answered within %v", ErrUnresponsive, timeout)
 		}
-		m.fail(lossCause(err))
-		return sent, false, err
+		return sent, false, m.lose(lossCause(err)), err
 	}
-	return sent, m.confirm(sent), err
+	return sent, m.confirm(sent), failed, err
 }
 
 // confirm moves the session's deadline to sent + ServerTimeout − Margin,
@@ -401,30 +404,59 @@ func (m *shared) watchOnce(armed func()) error {
 // process's next leases of those locks be granted. It does nothing once the
 // session failed or was closed.
 func (m *shared) fail(cause error) {
+	m.report(m.lose(cause))
+}
+
+// failure is what is left to do of a session's failure once its leases
+// are lost: tell their observers, then end the session. Its zero value
+// does nothing.
+type failure struct {
+	cause  error
+	leases map[*Lease]struct{}
+	lost   []*Lease // the leases with an observer
+	ended  bool
+}
+
+// lose loses every lease of the session with cause, at once, and cancels
+// its context, which cuts a statement in flight and runs no other; the
+// rest is report's. It returns the zero failure once the session failed or
+// was closed.
+func (m *shared) lose(cause error) failure {
 	m.mu.Lock()
 	if m.dead {
 		m.mu.Unlock()
-		return
+		return failure{}
 	}
 	m.dead = true
-	leases := m.leases
+	f := failure{cause: cause, leases: m.leases, ended: true}
 	m.leases = nil
 	m.mu.Unlock()
-	// Every lease is lost before any observer is told.
-	var lost []*Lease
-	for l := range leases {
-		if l.ctrl.Lose(cause) && l.observed.Load() {
-			lost = append(lost, l)
+	// Every lease is lost before any observer is told. A lease with an
+	// observer is told under notify if granted counted it by then; if not,
+	// granted tells its loss (see Lease.granted).
+	for l := range f.leases {
+		if l.ctrl.Lose(cause) && l.obs != nil {
+			f.lost = append(f.lost, l)
 		}
 	}
-	if len(lost) > 0 {
+	m.cancel()
+	return f
+}
+
+// report tells the observers of the leases that lose lost, then ends the
+// session; it is called with no lock of the session held.
+func (m *shared) report(f failure) {
+	if !f.ended {
+		return
+	}
+	if len(f.lost) > 0 {
 		m.notify.Lock()
-		for _, l := range lost {
-			l.lost(cause)
+		for _, l := range f.lost {
+			l.lost(f.cause)
 		}
 		m.notify.Unlock()
 	}
-	m.end(leases)
+	m.end(f.leases)
 }
 
 // end stops the session's loops and timers, removes it from its set and
