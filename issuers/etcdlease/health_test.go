@@ -3,6 +3,7 @@ package etcdlease_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,5 +132,50 @@ func TestUnlockCancelledContext(t *testing.T) {
 				t.Errorf("the waiting Lock was granted %v after the Unlock: not by the release", took)
 			}
 		})
+	}
+}
+
+// TestObserverLostAfterEverySessionLease: when the session of three observed
+// leases ends, every one of them is lost before any observer is told Lost.
+func TestObserverLostAfterEverySessionLease(t *testing.T) {
+	t.Parallel()
+	srv, op := startEtcdWithOp(t)
+	s := newSession(t, srv)
+	var (
+		mu     sync.Mutex
+		leases []*etcdlease.Lease
+		live   []string // a lease still live when a Lost was told
+		told   = make(chan struct{}, 3)
+	)
+	obs := health.ObserverFunc(func(e health.Event) {
+		if e.Kind != health.Lost {
+			return
+		}
+		mu.Lock()
+		for _, l := range leases {
+			if l.Signal().Err() == nil {
+				live = append(live, e.Subject+" told while "+l.Key()+" was live")
+			}
+		}
+		mu.Unlock()
+		told <- struct{}{}
+	})
+	for _, name := range []string{"/locks/a", "/locks/b", "/locks/c"} {
+		l, err := etcdlease.StartObserved(t.Context(), s, name, obs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		leases = append(leases, l)
+		mu.Unlock()
+	}
+	revoke(t, op, s)
+	for range 3 {
+		waitFor(t, told, hang, "a Lost event")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range live {
+		t.Errorf("Lost %s", m)
 	}
 }
