@@ -376,8 +376,9 @@ func (r *renewer) expire() {
 	r.fail(fmt.Errorf("%w: %s", ErrRenewalUnconfirmed, r.describe()))
 }
 
-// fail records loss, the first one, stops the timer and loses the attached
-// lease. r.mu is held and fail releases it, so that the loss is made outside.
+// fail records loss, the first one, stops the deadline's timer, loses the
+// attached lease, and then stops the renewals and the risk timer. r.mu is
+// held and fail releases it, so that the loss is made outside.
 func (r *renewer) fail(loss error) {
 	if r.loss != nil {
 		r.mu.Unlock()
@@ -388,15 +389,20 @@ func (r *renewer) fail(loss error) {
 	if r.timer != nil {
 		r.timer.Stop()
 	}
-	if r.risk != nil {
-		r.risk.Stop()
-	}
 	lose := r.lose
 	r.mu.Unlock()
-	r.stop()
 	if lose != nil {
 		lose(loss)
 	}
+	// The renewals and the risk timer are stopped after the loss, never
+	// before it: nothing runs between knowing of the loss and losing. A
+	// timer that fires meanwhile tells nothing, as warn sees r.loss.
+	r.stop()
+	r.mu.Lock()
+	if r.risk != nil {
+		r.risk.Stop()
+	}
+	r.mu.Unlock()
 }
 
 // interval returns the time between two renewals.
