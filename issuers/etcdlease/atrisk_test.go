@@ -271,3 +271,22 @@ func TestAtRiskGrantedLate(t *testing.T) {
 	l.Unlock(t.Context())
 	first.Unlock(t.Context())
 }
+
+// TestAtRiskNotPastDeadline: a risk timer that fires once the deadline in
+// force has passed tells nothing; the loss that follows tells it.
+func TestAtRiskNotPastDeadline(t *testing.T) {
+	t.Parallel()
+	srv := startEtcd(t)
+	s := newSession(t, srv)
+	rec := &healthrec.Recorder{}
+	l := mustLock(t, s, lockName, etcdlease.WithObserver(rec))
+	waitRenewed(t, l)
+	// An hour past: no renewal since moved the deadline that far.
+	etcdlease.WarnAtDeadline(l, time.Hour)
+	if n := rec.Count(health.AtRisk); n != 0 {
+		t.Errorf("AtRisk told %d times past the deadline, want 0", n)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

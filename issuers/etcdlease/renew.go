@@ -355,11 +355,15 @@ func (r *renewer) armRisk(now time.Time) {
 // warn tells the observed leases that their deadline is near and no
 // renewal since was confirmed: the risk timer's func. It tells nothing if
 // the lease was lost, or a confirmation moved the deadline as the timer
-// fired.
-func (r *renewer) warn() {
+// fired, or the deadline is no longer ahead: the loss that follows tells
+// it, as [health.NotifyFailed] does.
+func (r *renewer) warn() { r.warnAt(time.Now()) }
+
+// warnAt is warn as the timer would do it at now.
+func (r *renewer) warnAt(now time.Time) {
 	r.mu.Lock()
 	deadline, tell := r.deadline, r.atRisk
-	fire := r.loss == nil && r.observers > 0 && tell != nil && !time.Now().Before(riskAt(r.sent, r.deadline))
+	fire := r.loss == nil && r.observers > 0 && tell != nil && !now.Before(riskAt(r.sent, r.deadline)) && now.Before(deadline)
 	r.mu.Unlock()
 	if fire {
 		tell(deadline)
