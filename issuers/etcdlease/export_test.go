@@ -99,3 +99,12 @@ func WarnAtDeadline(l *Lease, after time.Duration) time.Time {
 	l.renew.warnAt(d.Add(after))
 	return d
 }
+
+// WarnAtRisk runs the risk timer's func of l's session as if it fired at
+// the risk point of the deadline in force.
+func WarnAtRisk(l *Lease) {
+	l.renew.mu.Lock()
+	at := riskAt(l.renew.sent, l.renew.deadline)
+	l.renew.mu.Unlock()
+	l.renew.warnAt(at)
+}

@@ -183,12 +183,17 @@ func via(cause error) health.Via {
 	return health.Push
 }
 
+// released tells the release under l.obsMu, as lost tells the loss: an
+// event that notify is telling meanwhile comes before it, and none after.
 func (l *Lease) released() {
-	if l.obs != nil {
-		e := l.event()
-		e.Err = l.err
-		health.NotifyReleased(l.obs, e)
+	if l.obs == nil {
+		return
 	}
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
+	e := l.event()
+	e.Err = l.err
+	health.NotifyReleased(l.obs, e)
 }
 
 // ReleaseTimeout bounds the release that Unlock sends when its context has

@@ -3,6 +3,7 @@ package etcdlease_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -177,5 +178,55 @@ func TestObserverLostAfterEverySessionLease(t *testing.T) {
 	defer mu.Unlock()
 	for _, m := range live {
 		t.Errorf("Lost %s", m)
+	}
+}
+
+// TestObserverReleasedAfterAtRisk: an AtRisk being told as the lease is
+// released is told before the Released, never after it.
+func TestObserverReleasedAfterAtRisk(t *testing.T) {
+	t.Parallel()
+	srv := startEtcd(t)
+	s := newSession(t, srv)
+	var (
+		mu    sync.Mutex
+		kinds []health.Kind
+	)
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	obs := health.ObserverFunc(func(e health.Event) {
+		if e.Kind == health.AtRisk {
+			once.Do(func() { close(entered); <-proceed })
+		}
+		mu.Lock()
+		kinds = append(kinds, e.Kind)
+		mu.Unlock()
+	})
+	l := mustLock(t, s, lockName, etcdlease.WithObserver(obs))
+	waitRenewed(t, l)
+	warned := make(chan struct{})
+	go func() {
+		defer close(warned)
+		for {
+			etcdlease.WarnAtRisk(l) // told nothing if a renewal moved the deadline meanwhile
+			select {
+			case <-entered:
+				return
+			default:
+			}
+		}
+	}()
+	waitFor(t, entered, hang, "the AtRisk event")
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(t.Context()) }()
+	time.Sleep(100 * time.Millisecond) // room for a Released told out of turn
+	close(proceed)
+	<-warned
+	if err := waitFor(t, unlocked, hang, "Unlock"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if i := slices.Index(kinds, health.Released); i < 0 || i != len(kinds)-1 || !slices.Contains(kinds[:i], health.AtRisk) {
+		t.Errorf("events = %v, want the AtRisk before the Released, and the Released last", kinds)
 	}
 }
