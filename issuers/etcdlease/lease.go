@@ -208,6 +208,7 @@ func start(sh *shared, subject, key string, rev, granted int64, release func(con
 	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, granted: granted, release: release, free: free, sh: sh, renew: sh.r, obs: o.o}
 	l.notifyGranted(o.begun)
 	sh.attach(l)
+	l.warnLate()
 	return l
 }
 
