@@ -205,38 +205,61 @@ func TestAtRiskTimerOnlyWhenObserved(t *testing.T) {
 	checkRelease(t, "Unlock", bare.Unlock)
 }
 
-// TestAtRiskTimerStoppedWithSession: the risk timer of a session whose
-// etcd lease an operator revoked is stopped once its renewals stop, and the
-// observer hears nothing after the loss.
+// TestAtRiskTimerStoppedWithSession: the risk timer of a session is
+// stopped once its renewals stop, whether an operator revoked its etcd
+// lease (a loss, which stops the timer itself) or the holder released its
+// lease and closed the session (no loss), and the observer hears nothing
+// after the lease's last event.
 func TestAtRiskTimerStoppedWithSession(t *testing.T) {
 	t.Parallel()
-	srv, op := startEtcdWithOp(t)
-	s := newSession(t, srv)
-	rec := &healthrec.Recorder{}
-	l := mustLock(t, s, lockName, etcdlease.WithObserver(rec))
-	waitRenewed(t, l)
-	if armed, _ := etcdlease.RiskArmed(l); !armed {
-		t.Fatalf("the risk timer is not armed for the deadline in force")
-	}
-	revoke(t, op, s)
-	waitLost(t, l.Signal(), hang)
-	guard := time.Now().Add(hang)
-	for {
-		ended, pending := etcdlease.RiskEnded(l)
-		if ended {
-			if pending {
-				t.Errorf("the renewals stopped, and the risk timer was still pending")
+	for _, tc := range []struct {
+		name string
+		last health.Kind
+		end  func(t *testing.T, op *clientv3.Client, s *concurrency.Session, l *etcdlease.Lease)
+	}{
+		{"revoked", health.Lost, func(t *testing.T, op *clientv3.Client, s *concurrency.Session, l *etcdlease.Lease) {
+			revoke(t, op, s)
+			waitLost(t, l.Signal(), hang)
+		}},
+		{"closed", health.Released, func(t *testing.T, op *clientv3.Client, s *concurrency.Session, l *etcdlease.Lease) {
+			if err := l.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
 			}
-			break
-		}
-		if time.Now().After(guard) {
-			t.Fatalf("the renewals did not stop within %v of the loss", hang)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	all := rec.WaitFor(t, health.Lost, 1)
-	if last := all[len(all)-1]; last.Kind != health.Lost {
-		t.Errorf("events = %v, want the loss last", healthrec.Kinds(all))
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv, op := startEtcdWithOp(t)
+			s := newSession(t, srv)
+			rec := &healthrec.Recorder{}
+			l := mustLock(t, s, lockName, etcdlease.WithObserver(rec))
+			waitRenewed(t, l)
+			if armed, _ := etcdlease.RiskArmed(l); !armed {
+				t.Fatalf("the risk timer is not armed for the deadline in force")
+			}
+			tc.end(t, op, s, l)
+			guard := time.Now().Add(hang)
+			for {
+				ended, pending := etcdlease.RiskEnded(l)
+				if ended {
+					if pending {
+						t.Errorf("the renewals stopped, and the risk timer was still pending")
+					}
+					break
+				}
+				if time.Now().After(guard) {
+					t.Fatalf("the renewals did not stop within %v of the session's end", hang)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			all := rec.WaitFor(t, tc.last, 1)
+			if last := all[len(all)-1]; last.Kind != tc.last {
+				t.Errorf("events = %v, want %v last", healthrec.Kinds(all), tc.last)
+			}
+		})
 	}
 }
 
@@ -270,4 +293,23 @@ func TestAtRiskGrantedLate(t *testing.T) {
 	px.Cut()
 	l.Unlock(t.Context())
 	first.Unlock(t.Context())
+}
+
+// TestAtRiskNotPastDeadline: a risk timer that fires once the deadline in
+// force has passed tells nothing; the loss that follows tells it.
+func TestAtRiskNotPastDeadline(t *testing.T) {
+	t.Parallel()
+	srv := startEtcd(t)
+	s := newSession(t, srv)
+	rec := &healthrec.Recorder{}
+	l := mustLock(t, s, lockName, etcdlease.WithObserver(rec))
+	waitRenewed(t, l)
+	// An hour past: no renewal since moved the deadline that far.
+	etcdlease.WarnAtDeadline(l, time.Hour)
+	if n := rec.Count(health.AtRisk); n != 0 {
+		t.Errorf("AtRisk told %d times past the deadline, want 0", n)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }

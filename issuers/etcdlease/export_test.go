@@ -89,3 +89,22 @@ func StartObserved(ctx context.Context, s *concurrency.Session, subject string, 
 	nop := func(context.Context) error { return nil }
 	return start(sh, subject, subject+"/observed", 1, 1, nop, nil, observed{o: o, begun: begun}), nil
 }
+
+// WarnAtDeadline runs the risk timer's func of l's session as if it fired
+// at the deadline in force plus after, and returns that deadline.
+func WarnAtDeadline(l *Lease, after time.Duration) time.Time {
+	l.renew.mu.Lock()
+	d := l.renew.deadline
+	l.renew.mu.Unlock()
+	l.renew.warnAt(d.Add(after))
+	return d
+}
+
+// WarnAtRisk runs the risk timer's func of l's session as if it fired at
+// the risk point of the deadline in force.
+func WarnAtRisk(l *Lease) {
+	l.renew.mu.Lock()
+	at := riskAt(l.renew.sent, l.renew.deadline)
+	l.renew.mu.Unlock()
+	l.renew.warnAt(at)
+}

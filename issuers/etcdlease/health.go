@@ -55,7 +55,7 @@ func (l *Lease) event() health.Event {
 
 // notifyGranted reports the grant and puts the lease among those its
 // renewer tells of renewals; the lease is not yet attached, so nothing
-// else reports on it yet.
+// else reports on it yet. warnLate follows the attach.
 func (l *Lease) notifyGranted(begun time.Time) {
 	if l.obs == nil {
 		return
@@ -71,10 +71,22 @@ func (l *Lease) notifyGranted(begun time.Time) {
 		r.failedRenewal = sh.renewalFailed
 		r.atRisk = sh.atRisk
 	}
+	r.armRisk(time.Now())
+	r.mu.Unlock()
+}
+
+// warnLate tells l's observer AtRisk if l, now on its shared, was granted
+// within the last third of the deadline in force: the risk timer fired, or
+// never will, before the lease was on the shared. It runs after attach, so
+// that a timer that fired between the grant and the attach does not leave
+// the lease untold.
+func (l *Lease) warnLate() {
+	if l.obs == nil {
+		return
+	}
+	r := l.renew
+	r.mu.Lock()
 	now := time.Now()
-	r.armRisk(now)
-	// Granted within the last third of the deadline in force: the risk
-	// timer fired, or never will, before the lease was on the shared.
 	late := r.loss == nil && !r.deadline.IsZero() && !now.Before(riskAt(r.sent, r.deadline))
 	deadline := r.deadline
 	r.mu.Unlock()
@@ -183,12 +195,17 @@ func via(cause error) health.Via {
 	return health.Push
 }
 
+// released tells the release under l.obsMu, as lost tells the loss: an
+// event that notify is telling meanwhile comes before it, and none after.
 func (l *Lease) released() {
-	if l.obs != nil {
-		e := l.event()
-		e.Err = l.err
-		health.NotifyReleased(l.obs, e)
+	if l.obs == nil {
+		return
 	}
+	l.obsMu.Lock()
+	defer l.obsMu.Unlock()
+	e := l.event()
+	e.Err = l.err
+	health.NotifyReleased(l.obs, e)
 }
 
 // ReleaseTimeout bounds the release that Unlock sends when its context has

@@ -3,6 +3,8 @@ package etcdlease_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,5 +133,100 @@ func TestUnlockCancelledContext(t *testing.T) {
 				t.Errorf("the waiting Lock was granted %v after the Unlock: not by the release", took)
 			}
 		})
+	}
+}
+
+// TestObserverLostAfterEverySessionLease: when the session of three observed
+// leases ends, every one of them is lost before any observer is told Lost.
+func TestObserverLostAfterEverySessionLease(t *testing.T) {
+	t.Parallel()
+	srv, op := startEtcdWithOp(t)
+	s := newSession(t, srv)
+	var (
+		mu     sync.Mutex
+		leases []*etcdlease.Lease
+		live   []string // a lease still live when a Lost was told
+		told   = make(chan struct{}, 3)
+	)
+	obs := health.ObserverFunc(func(e health.Event) {
+		if e.Kind != health.Lost {
+			return
+		}
+		mu.Lock()
+		for _, l := range leases {
+			if l.Signal().Err() == nil {
+				live = append(live, e.Subject+" told while "+l.Key()+" was live")
+			}
+		}
+		mu.Unlock()
+		told <- struct{}{}
+	})
+	for _, name := range []string{"/locks/a", "/locks/b", "/locks/c"} {
+		l, err := etcdlease.StartObserved(t.Context(), s, name, obs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		leases = append(leases, l)
+		mu.Unlock()
+	}
+	revoke(t, op, s)
+	for range 3 {
+		waitFor(t, told, hang, "a Lost event")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range live {
+		t.Errorf("Lost %s", m)
+	}
+}
+
+// TestObserverReleasedAfterAtRisk: an AtRisk being told as the lease is
+// released is told before the Released, never after it.
+func TestObserverReleasedAfterAtRisk(t *testing.T) {
+	t.Parallel()
+	srv := startEtcd(t)
+	s := newSession(t, srv)
+	var (
+		mu    sync.Mutex
+		kinds []health.Kind
+	)
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	obs := health.ObserverFunc(func(e health.Event) {
+		if e.Kind == health.AtRisk {
+			once.Do(func() { close(entered); <-proceed })
+		}
+		mu.Lock()
+		kinds = append(kinds, e.Kind)
+		mu.Unlock()
+	})
+	l := mustLock(t, s, lockName, etcdlease.WithObserver(obs))
+	waitRenewed(t, l)
+	warned := make(chan struct{})
+	go func() {
+		defer close(warned)
+		for {
+			etcdlease.WarnAtRisk(l) // told nothing if a renewal moved the deadline meanwhile
+			select {
+			case <-entered:
+				return
+			default:
+			}
+		}
+	}()
+	waitFor(t, entered, hang, "the AtRisk event")
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(t.Context()) }()
+	time.Sleep(100 * time.Millisecond) // room for a Released told out of turn
+	close(proceed)
+	<-warned
+	if err := waitFor(t, unlocked, hang, "Unlock"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if i := slices.Index(kinds, health.Released); i < 0 || i != len(kinds)-1 || !slices.Contains(kinds[:i], health.AtRisk) {
+		t.Errorf("events = %v, want the AtRisk before the Released, and the Released last", kinds)
 	}
 }

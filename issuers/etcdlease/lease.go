@@ -208,6 +208,7 @@ func start(sh *shared, subject, key string, rev, granted int64, release func(con
 	l := &Lease{ctrl: controller.New(subject), key: key, rev: rev, granted: granted, release: release, free: free, sh: sh, renew: sh.r, obs: o.o}
 	l.notifyGranted(o.begun)
 	sh.attach(l)
+	l.warnLate()
 	return l
 }
 
@@ -270,13 +271,37 @@ func (l *Lease) Resign(ctx context.Context) error { return l.Unlock(ctx) }
 // lose loses the lease with cause, unless it was released, and stops
 // following the claim.
 func (l *Lease) lose(cause error) {
-	won := l.ctrl.Lose(cause)
+	l.settle(l.ctrl.Lose(cause))
+}
+
+// settle does what follows a Lose that won (won) or lost to a release or
+// an earlier loss: it frees the claim, stops following it and tells the
+// observer. Nothing here runs before Lose, so that a loss of many leases
+// loses them all first (loseBatch).
+func (l *Lease) settle(won bool) {
 	if won && l.free != nil {
 		l.free()
 	}
 	l.detach()
 	if won {
 		l.lost()
+	}
+}
+
+// loseBatch loses every lease of leases with cause, all of them, and only
+// then frees, detaches and tells each: no observer, and no bookkeeping, is
+// called while a lease of the batch is still live.
+func loseBatch(leases []*Lease, cause error) {
+	if len(leases) == 1 { // no slice of results to make
+		leases[0].lose(cause)
+		return
+	}
+	won := make([]bool, len(leases))
+	for i, l := range leases {
+		won[i] = l.ctrl.Lose(cause)
+	}
+	for i, l := range leases {
+		l.settle(won[i])
 	}
 }
 

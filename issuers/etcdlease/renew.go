@@ -355,11 +355,15 @@ func (r *renewer) armRisk(now time.Time) {
 // warn tells the observed leases that their deadline is near and no
 // renewal since was confirmed: the risk timer's func. It tells nothing if
 // the lease was lost, or a confirmation moved the deadline as the timer
-// fired.
-func (r *renewer) warn() {
+// fired, or the deadline is no longer ahead: the loss that follows tells
+// it, as [health.NotifyFailed] does.
+func (r *renewer) warn() { r.warnAt(time.Now()) }
+
+// warnAt is warn as the timer would do it at now.
+func (r *renewer) warnAt(now time.Time) {
 	r.mu.Lock()
 	deadline, tell := r.deadline, r.atRisk
-	fire := r.loss == nil && r.observers > 0 && tell != nil && !time.Now().Before(riskAt(r.sent, r.deadline))
+	fire := r.loss == nil && r.observers > 0 && tell != nil && !now.Before(riskAt(r.sent, r.deadline)) && now.Before(deadline)
 	r.mu.Unlock()
 	if fire {
 		tell(deadline)
@@ -376,8 +380,9 @@ func (r *renewer) expire() {
 	r.fail(fmt.Errorf("%w: %s", ErrRenewalUnconfirmed, r.describe()))
 }
 
-// fail records loss, the first one, stops the timer and loses the attached
-// lease. r.mu is held and fail releases it, so that the loss is made outside.
+// fail records loss, the first one, stops the deadline's timer, loses the
+// attached lease, and then stops the renewals and the risk timer. r.mu is
+// held and fail releases it, so that the loss is made outside.
 func (r *renewer) fail(loss error) {
 	if r.loss != nil {
 		r.mu.Unlock()
@@ -388,15 +393,20 @@ func (r *renewer) fail(loss error) {
 	if r.timer != nil {
 		r.timer.Stop()
 	}
-	if r.risk != nil {
-		r.risk.Stop()
-	}
 	lose := r.lose
 	r.mu.Unlock()
-	r.stop()
 	if lose != nil {
 		lose(loss)
 	}
+	// The renewals and the risk timer are stopped after the loss, never
+	// before it: nothing runs between knowing of the loss and losing. A
+	// timer that fires meanwhile tells nothing, as warn sees r.loss.
+	r.stop()
+	r.mu.Lock()
+	if r.risk != nil {
+		r.risk.Stop()
+	}
+	r.mu.Unlock()
 }
 
 // interval returns the time between two renewals.

@@ -198,9 +198,7 @@ func (sh *shared) end(cause error) {
 	sh.cause = cause
 	leases := sh.take()
 	sh.mu.Unlock()
-	for _, l := range leases {
-		l.lose(cause)
-	}
+	loseBatch(leases, cause)
 	registry.mu.Lock()
 	sh.unregister()
 	registry.mu.Unlock()
@@ -212,9 +210,7 @@ func (sh *shared) loseAll(cause error) {
 	sh.mu.Lock()
 	leases := sh.take()
 	sh.mu.Unlock()
-	for _, l := range leases {
-		l.lose(cause)
-	}
+	loseBatch(leases, cause)
 }
 
 // take returns the leases on the shared; sh.mu is held.
